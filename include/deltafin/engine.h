@@ -1,0 +1,102 @@
+// The Deltafin engine API: the only interface the CLI and the server use.
+//
+// An Engine is immutable once loaded (config, validated weights); a Session is the mutable state
+// of one sequence (KDA recurrent and conv state, MLA latent cache, position, last logits) plus the
+// working memory reserved for it up front. Neither exposes tensors. Decode() does not allocate:
+// every buffer it touches is reserved when the Session is created.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "base/status.h"
+
+namespace deltafin {
+
+struct EngineOptions {
+  std::string model_dir;
+  // Longest sequence a session can hold (MLA cache positions). 0: min(config limit, 4096).
+  int64_t context_capacity = 0;
+  // Positions processed together during prefill (larger reads each expert once for more tokens).
+  int64_t prefill_chunk = 32;
+  // Audit every MXFP4 scale byte in [2, 252] at load. kAuto audits when all experts total
+  // at most 4 GiB (reading the scales of a full K3 at load would take minutes).
+  enum class ScaleAudit { kAuto, kOn, kOff };
+  ScaleAudit audit_expert_scales = ScaleAudit::kAuto;
+};
+
+struct ModelInfo {
+  std::string model_dir;
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_experts = 0;
+  int64_t experts_per_token = 0;
+  int64_t eos_token_id = 0;
+  int64_t bos_token_id = 0;
+  int64_t context_capacity = 0;
+  uint64_t expert_bytes = 0;
+};
+
+// Receives intermediate values during a forward pass (debug dumps, route tests, traces).
+// Spans are only valid during the call.
+class ForwardObserver {
+ public:
+  virtual ~ForwardObserver() = default;
+  // Named per-layer activations: "attn_in" (normalised), "attn_out", "ffn_in" (normalised),
+  // "ffn_out", "layer_out" (the running partial after the layer); layer -1 for "final_hidden".
+  virtual void OnActivation(int64_t /*position*/, int64_t /*layer*/, const char* /*name*/,
+                            std::span<const float> /*values*/) {}
+  // The routed experts of one MoE layer for one position, in selection order.
+  virtual void OnRoute(int64_t /*position*/, int64_t /*layer*/,
+                       std::span<const int32_t> /*experts*/, std::span<const float> /*weights*/) {}
+};
+
+class Engine;
+
+class Session {
+ public:
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Feeds `tokens` at the next positions. If `all_logits` is non-empty it receives the logits of
+  // every fed position, [tokens.size(), vocab] row-major; Logits() always holds the last one.
+  Status Prefill(std::span<const int32_t> tokens, std::span<float> all_logits = {});
+  // Feeds one token. Allocation-free.
+  Status Decode(int32_t token);
+  std::span<const float> Logits() const;
+  int64_t position() const;
+  // Forgets the sequence (state zeroed, position 0); keeps the reserved memory.
+  void Reset();
+  void SetObserver(ForwardObserver* observer);
+
+ private:
+  friend class Engine;
+  struct Impl;
+  explicit Session(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> Load(const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const ModelInfo& info() const;
+  std::unique_ptr<Session> NewSession() const;
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Greedy choice: the highest logit, ties to the lowest id.
+int32_t ArgmaxToken(std::span<const float> logits);
+
+}  // namespace deltafin

@@ -1,0 +1,77 @@
+#include "cli/cli_util.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+
+#include "base/log.h"
+
+namespace deltafin::cli {
+
+void ModelFlags::Add(CLI::App* cmd) {
+  cmd->add_option("--model", model_dir, "Model directory (Hugging Face layout)")->required();
+  cmd->add_option("--ctx", context, "Context capacity in tokens (0 = min(model limit, 4096))");
+  cmd->add_option("--prefill-chunk", prefill_chunk, "Positions processed together in prefill")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--audit-scales", audit,
+                  "Check every MXFP4 scale byte at load: auto (models with <= 4 GiB of experts), "
+                  "on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+}
+
+Result<std::unique_ptr<Engine>> ModelFlags::LoadEngine() const {
+  EngineOptions options;
+  options.model_dir = model_dir;
+  options.context_capacity = context;
+  options.prefill_chunk = prefill_chunk;
+  options.audit_expert_scales = audit == "on"    ? EngineOptions::ScaleAudit::kOn
+                                : audit == "off" ? EngineOptions::ScaleAudit::kOff
+                                                 : EngineOptions::ScaleAudit::kAuto;
+  return Engine::Load(options);
+}
+
+Result<std::vector<int32_t>> ParseTokenList(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(pos, comma - pos);
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
+    int64_t value = 0;
+    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || value < 0 ||
+        value > INT32_MAX) {
+      return Status::Error("token list: '" + item + "' is not a token id (expected e.g. 1,2,3)");
+    }
+    ids.push_back(static_cast<int32_t>(value));
+    pos = comma + 1;
+  }
+  return ids;
+}
+
+Status WriteFileAtomically(const std::string& path, const void* bytes, size_t size) {
+  const std::string tmp = path + ".partial";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) return Status::Error(tmp + ": cannot create: " + std::strerror(errno));
+  const bool wrote = std::fwrite(bytes, 1, size, f) == size;
+  const bool closed = std::fclose(f) == 0;
+  if (!wrote || !closed) {
+    std::remove(tmp.c_str());
+    return Status::Error(path + ": write failed: " + std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status::Error(path + ": cannot rename into place: " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+int Fail(const Status& status) {
+  LogError(status.message());
+  return 1;
+}
+
+}  // namespace deltafin::cli

@@ -1,0 +1,36 @@
+// Small helpers shared by the subcommands: token-list parsing, engine loading with the common
+// options, atomic output files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "base/status.h"
+#include "deltafin/engine.h"
+
+namespace deltafin::cli {
+
+// Options every model-loading command shares.
+struct ModelFlags {
+  std::string model_dir;
+  int64_t context = 0;
+  int64_t prefill_chunk = 32;
+  std::string audit = "auto";
+  void Add(CLI::App* cmd);
+  Result<std::unique_ptr<Engine>> LoadEngine() const;
+};
+
+// "1,2, 3" -> {1, 2, 3}; rejects empty lists, junk and values outside int32.
+Result<std::vector<int32_t>> ParseTokenList(const std::string& text);
+
+// Writes `bytes` to `path` via a temporary file and rename, so a failed run never leaves a
+// truncated file where a good one was.
+Status WriteFileAtomically(const std::string& path, const void* bytes, size_t size);
+
+// Prints "error: <message>" to stderr and returns the exit code 1.
+int Fail(const Status& status);
+
+}  // namespace deltafin::cli

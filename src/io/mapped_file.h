@@ -1,0 +1,39 @@
+// MappedFile: read-only memory map of a whole file (the spine shards, small test models).
+// Owns the mapping; moving transfers it. Routed experts of a real K3 are far larger than RAM and are
+// meant to be read with positional reads instead (experts/), but mapping is correct for any size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+
+namespace deltafin {
+
+class MappedFile {
+ public:
+  static Result<MappedFile> Open(const std::string& path);
+
+  MappedFile() = default;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  ~MappedFile();
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void Reset();
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+};
+
+// Reads a whole (small) file into a string: configs, index files, tokenizer files.
+Result<std::string> ReadFileToString(const std::string& path);
+
+}  // namespace deltafin

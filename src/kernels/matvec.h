@@ -1,0 +1,38 @@
+// Matrix-vector and small-batch matrix products over the weight formats of a K3 checkpoint.
+//
+// This header is SIMD-free: the model calls these entry points once per whole matrix, and the
+// implementation behind them may dispatch to a SIMD target (the SIMD work replaces the bodies of
+// matvec.cc without touching callers). Today they call the scalar references in ref/.
+//
+// Conventions: W is row-major [rows, cols] (PyTorch nn.Linear), y[r] = Σ_c W[r,c]·x[c] with fp32
+// accumulation. Batched forms take X as [n, cols] and write Y as [n, rows], and produce for every
+// vector exactly what the matrix-vector form produces: prefill and decode then agree bit for bit.
+//
+// Summation order (fixed, so results are deterministic): 32 partial sums, element c goes to
+// partial c % 32 in increasing c; partials are then combined pairwise as a balanced tree
+// (p[i] += p[i+16], then p[i] += p[i+8], ... , p[0] += p[1]). For MXFP4 the product of an E2M1 value
+// and its power-of-two scale is exact, so only this order decides the rounding.
+#pragma once
+
+#include <cstdint>
+
+namespace deltafin::kernels {
+
+// BF16 weights [rows, cols].
+void MatVecBf16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, float* y);
+void MatMulBf16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y);
+
+// Transposed product y[c] = Σ_r W[r,c]·x[r] for BF16 W [rows, cols] (MLA's absorbed key:
+// q_lat = W_UKᵀ·q_nope). Accumulates in increasing r.
+void MatTVecBf16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, float* y);
+
+// MXFP4 weights: packed [rows, cols/2], scales [rows, cols/32] (layout in quant/mxfp4.h).
+void MatVecMxfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
+                 const float* x, float* y);
+void MatMulMxfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
+                 const float* x, int64_t n, float* y);
+
+// Dot product of two fp32 vectors in the same fixed order as the matrix kernels.
+float DotF32(const float* a, const float* b, int64_t n);
+
+}  // namespace deltafin::kernels

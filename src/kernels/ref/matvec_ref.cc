@@ -1,0 +1,76 @@
+#include "kernels/ref/matvec_ref.h"
+
+#include "quant/bf16.h"
+#include "quant/mxfp4.h"
+
+namespace deltafin::kernels::ref {
+
+namespace {
+
+constexpr int kLanes = 32;
+
+// Balanced pairwise reduction of the 32 partial sums (the documented order).
+inline float ReduceLanes(float* p) {
+  for (int width = kLanes / 2; width >= 1; width /= 2) {
+    for (int i = 0; i < width; ++i) p[i] += p[i + width];
+  }
+  return p[0];
+}
+
+// Adds a[c]*b[c] into partial c % 32; written block-wise so compilers vectorise it.
+template <typename LoadA>
+inline float DotLanes(LoadA load_a, const float* b, int64_t n) {
+  float p[kLanes] = {};
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    for (int l = 0; l < kLanes; ++l) p[l] += load_a(c + l) * b[c + l];
+  }
+  for (int l = 0; c < n; ++c, ++l) p[l] += load_a(c) * b[c];
+  return ReduceLanes(p);
+}
+
+}  // namespace
+
+float DotF32(const float* a, const float* b, int64_t n) {
+  return DotLanes([a](int64_t i) { return a[i]; }, b, n);
+}
+
+void MatVecBf16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* row = w + r * cols;
+    y[r] = DotLanes([row](int64_t i) { return Bf16ToF32(row[i]); }, x, cols);
+  }
+}
+
+void MatTVecBf16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, float* y) {
+  for (int64_t c = 0; c < cols; ++c) y[c] = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* row = w + r * cols;
+    const float xr = x[r];
+    for (int64_t c = 0; c < cols; ++c) y[c] += Bf16ToF32(row[c]) * xr;
+  }
+}
+
+void MatVecMxfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
+                 const float* x, float* y) {
+  const int64_t packed_cols = cols / 2, groups = cols / kMxfp4GroupSize;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* prow = packed + r * packed_cols;
+    const uint8_t* srow = scales + r * groups;
+    float p[kLanes] = {};
+    for (int64_t g = 0; g < groups; ++g) {
+      const float scale = E8m0ToF32(srow[g]);
+      const uint8_t* bytes = prow + g * (kMxfp4GroupSize / 2);
+      const float* xg = x + g * kMxfp4GroupSize;
+      for (int t = 0; t < kMxfp4GroupSize; t += 2) {
+        const uint8_t b = bytes[t / 2];
+        // Exact: a 2-bit-mantissa value times a power of two.
+        p[t] += (kE2m1Values[b & 0x0f] * scale) * xg[t];
+        p[t + 1] += (kE2m1Values[b >> 4] * scale) * xg[t + 1];
+      }
+    }
+    y[r] = ReduceLanes(p);
+  }
+}
+
+}  // namespace deltafin::kernels::ref

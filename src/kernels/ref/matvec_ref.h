@@ -1,0 +1,15 @@
+// Scalar reference implementations of kernels/matvec.h: plain C++, the oracle every SIMD kernel is
+// tested against. Same contracts and summation order as documented there.
+#pragma once
+
+#include <cstdint>
+
+namespace deltafin::kernels::ref {
+
+void MatVecBf16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, float* y);
+void MatTVecBf16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, float* y);
+void MatVecMxfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
+                 const float* x, float* y);
+float DotF32(const float* a, const float* b, int64_t n);
+
+}  // namespace deltafin::kernels::ref

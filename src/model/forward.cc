@@ -1,0 +1,170 @@
+#include "model/forward.h"
+
+#include <cstring>
+
+#include "kernels/matvec.h"
+#include "model/ops.h"
+#include "quant/bf16.h"
+
+namespace deltafin {
+
+ForwardPass::ForwardPass(const ModelWeights& weights, int64_t max_chunk, int64_t capacity)
+    : w_(weights), c_(weights.config), max_chunk_(max_chunk), capacity_(capacity) {
+  const int64_t layers = c_.num_hidden_layers, h = c_.hidden_size, n = max_chunk;
+  // Boundaries are layers 0, B, 2B, ... each pushes one anchor.
+  max_anchors_ = (layers - 1) / c_.attn_res_block_size + 1;
+  kda_.resize(static_cast<size_t>(layers));
+  mla_.resize(static_cast<size_t>(layers));
+  for (int64_t i = 0; i < layers; ++i) {
+    if (c_.layer_kinds[static_cast<size_t>(i)] == AttentionKind::kKda) {
+      kda_[static_cast<size_t>(i)].Init(c_);
+    } else {
+      mla_[static_cast<size_t>(i)].Init(c_, capacity);
+    }
+  }
+  kda_scratch_.Reserve(c_, n);
+  mla_scratch_.Reserve(c_, n, capacity);
+  ffn_scratch_.Reserve(c_, n);
+  auto sz = [](int64_t v) { return static_cast<size_t>(v); };
+  partial_.Resize(sz(n * h));
+  anchors_.Resize(sz(n * max_anchors_ * h));
+  mixed_.Resize(sz(n * h));
+  normed_.Resize(sz(n * h));
+  sublayer_.Resize(sz(n * h));
+  tail_.Resize(sz(h));
+  sources_.resize(sz(max_anchors_ + 1));
+}
+
+void ForwardPass::Reset() {
+  position_ = 0;
+  for (auto& k : kda_) k.Clear();
+  for (auto& m : mla_) m.length = 0;
+}
+
+// AttnRes mix of [anchors of position t..., partial of t] for every position of the chunk.
+void ForwardPass::Mix(const AlignedBuffer<float>& query, int64_t n, int64_t n_anchors, float* out) {
+  const int64_t h = c_.hidden_size;
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < n_anchors; ++j) {
+      sources_[static_cast<size_t>(j)] = anchors_.data() + (t * max_anchors_ + j) * h;
+    }
+    sources_[static_cast<size_t>(n_anchors)] = partial_.data() + t * h;
+    AttnResMix(sources_.data(), n_anchors + 1, query.data(), h, c_.rms_norm_eps, out + t * h);
+  }
+}
+
+void ForwardPass::Emit(int64_t n, int64_t layer, const char* name, const float* values,
+                       int64_t width) {
+  if (observer_ == nullptr) return;
+  for (int64_t t = 0; t < n; ++t) {
+    observer_->OnActivation(position_ + t, layer, name,
+                            {values + t * width, static_cast<size_t>(width)});
+  }
+}
+
+void ForwardPass::Tail(int64_t t, int64_t n_anchors, float* logits) {
+  const int64_t h = c_.hidden_size;
+  for (int64_t j = 0; j < n_anchors; ++j) {
+    sources_[static_cast<size_t>(j)] = anchors_.data() + (t * max_anchors_ + j) * h;
+  }
+  sources_[static_cast<size_t>(n_anchors)] = partial_.data() + t * h;
+  AttnResMix(sources_.data(), n_anchors + 1, w_.tail_res_query.data(), h, c_.rms_norm_eps,
+             tail_.data());
+  RmsNorm(tail_.data(), w_.final_norm.data(), h, c_.rms_norm_eps, tail_.data());
+  if (observer_) observer_->OnActivation(position_ + t, -1, "final_hidden", tail_.span());
+  kernels::MatVecBf16(w_.lm_head.data, c_.vocab_size, h, tail_.data(), logits);
+}
+
+Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, float* logits) {
+  const int64_t h = c_.hidden_size;
+  if (n < 1 || n > max_chunk_) return Status::Error("chunk size out of range");
+  if (position_ + n > capacity_) {
+    return Status::Error("context full: " + std::to_string(position_ + n) +
+                         " positions exceed the session capacity of " + std::to_string(capacity_) +
+                         " (raise --ctx)");
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= c_.vocab_size) {
+      return Status::Error("token id " + std::to_string(tokens[t]) + " is outside the vocabulary [0, " +
+                           std::to_string(c_.vocab_size) + ")");
+    }
+  }
+  // Embedding rows, widened exactly.
+  for (int64_t t = 0; t < n; ++t) {
+    const uint16_t* row = w_.embed_tokens + static_cast<int64_t>(tokens[t]) * h;
+    float* dst = partial_.data() + t * h;
+    for (int64_t d = 0; d < h; ++d) dst[d] = Bf16ToF32(row[d]);
+  }
+
+  int64_t n_anchors = 0;
+  for (int64_t i = 0; i < c_.num_hidden_layers; ++i) {
+    const LayerWeights& lw = w_.layers[static_cast<size_t>(i)];
+    // 1. Attention input: the bare partial before any anchor exists (layer 0), else the mix.
+    const float* attn_in = partial_.data();
+    if (n_anchors > 0) {
+      Mix(lw.attn_res_query, n, n_anchors, mixed_.data());
+      attn_in = mixed_.data();
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      RmsNorm(attn_in + t * h, lw.input_norm.data(), h, c_.rms_norm_eps, normed_.data() + t * h);
+    }
+    // 2. A block boundary pushes the finished block after the attention-side mix.
+    const bool boundary = i % c_.attn_res_block_size == 0;
+    if (boundary) {
+      for (int64_t t = 0; t < n; ++t) {
+        std::memcpy(anchors_.data() + (t * max_anchors_ + n_anchors) * h, partial_.data() + t * h,
+                    static_cast<size_t>(h) * sizeof(float));
+      }
+      ++n_anchors;
+    }
+    Emit(n, i, "attn_in", normed_.data(), h);
+    // 3. Attention.
+    if (lw.kind == AttentionKind::kKda) {
+      KdaForward(c_, lw.kda, normed_.data(), n, &kda_[static_cast<size_t>(i)], &kda_scratch_,
+                 sublayer_.data());
+    } else {
+      DF_RETURN_IF_ERROR(MlaForward(c_, lw.mla, normed_.data(), n, &mla_[static_cast<size_t>(i)],
+                                    &mla_scratch_, sublayer_.data()));
+    }
+    Emit(n, i, "attn_out", sublayer_.data(), h);
+    // 4. The partial restarts from the attention output at a boundary.
+    for (int64_t j = 0; j < n * h; ++j) {
+      partial_[static_cast<size_t>(j)] =
+          boundary ? sublayer_[static_cast<size_t>(j)]
+                   : partial_[static_cast<size_t>(j)] + sublayer_[static_cast<size_t>(j)];
+    }
+    // 5–7. FFN on the mix of anchors and partial; its output joins the partial.
+    Mix(lw.mlp_res_query, n, n_anchors, mixed_.data());
+    for (int64_t t = 0; t < n; ++t) {
+      RmsNorm(mixed_.data() + t * h, lw.post_attn_norm.data(), h, c_.rms_norm_eps,
+              normed_.data() + t * h);
+    }
+    Emit(n, i, "ffn_in", normed_.data(), h);
+    if (lw.is_moe) {
+      MoeForward(c_, lw.moe, w_.expert_layout, normed_.data(), n, &ffn_scratch_, sublayer_.data());
+      if (observer_) {
+        const int64_t k = c_.num_experts_per_token;
+        for (int64_t t = 0; t < n; ++t) {
+          observer_->OnRoute(position_ + t, i,
+                             {ffn_scratch_.ids.data() + t * k, static_cast<size_t>(k)},
+                             {ffn_scratch_.weights.data() + t * k, static_cast<size_t>(k)});
+        }
+      }
+    } else {
+      GatedFfnForward(c_, lw.dense, normed_.data(), n, &ffn_scratch_, sublayer_.data());
+    }
+    Emit(n, i, "ffn_out", sublayer_.data(), h);
+    for (int64_t j = 0; j < n * h; ++j) partial_[static_cast<size_t>(j)] += sublayer_[static_cast<size_t>(j)];
+    Emit(n, i, "layer_out", partial_.data(), h);
+  }
+
+  if (all_positions) {
+    for (int64_t t = 0; t < n; ++t) Tail(t, n_anchors, logits + t * c_.vocab_size);
+  } else {
+    Tail(n - 1, n_anchors, logits);
+  }
+  position_ += n;
+  return Status::Ok();
+}
+
+}  // namespace deltafin

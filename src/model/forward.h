@@ -1,0 +1,64 @@
+// The whole-model forward pass over a chunk of consecutive positions (spec §4.9), and the
+// per-sequence state it advances.
+//
+// Layer-major: every layer processes all positions of the chunk before the next layer runs, so
+// a layer's expert union is known (and read once) for the whole chunk. Block Attention Residual
+// anchors are rebuilt per position inside one call and never cached across calls. All memory is
+// reserved by Reserve(); Run() does not allocate.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "base/status.h"
+#include "deltafin/engine.h"
+#include "model/kda.h"
+#include "model/mla.h"
+#include "model/moe.h"
+#include "model/weights.h"
+
+namespace deltafin {
+
+class ForwardPass {
+ public:
+  // `max_chunk`: positions per Run(); `capacity`: longest sequence (MLA cache).
+  ForwardPass(const ModelWeights& weights, int64_t max_chunk, int64_t capacity);
+
+  // Feeds tokens[0..n) (n <= max_chunk) at position(). Writes logits of every position into
+  // `logits` [n, vocab] when `all_positions`, else only the last one into logits [vocab].
+  Status Run(const int32_t* tokens, int64_t n, bool all_positions, float* logits);
+
+  int64_t position() const { return position_; }
+  int64_t max_chunk() const { return max_chunk_; }
+  void Reset();
+  void SetObserver(ForwardObserver* observer) { observer_ = observer; }
+
+ private:
+  void Mix(const AlignedBuffer<float>& query, int64_t n, int64_t n_anchors, float* out);
+  void Emit(int64_t n, int64_t layer, const char* name, const float* values, int64_t width);
+  void Tail(int64_t t, int64_t n_anchors, float* logits);
+
+  const ModelWeights& w_;
+  const ModelConfig& c_;
+  int64_t max_chunk_;
+  int64_t capacity_;
+  int64_t position_ = 0;
+  int64_t max_anchors_;
+  ForwardObserver* observer_ = nullptr;
+
+  std::vector<KdaState> kda_;   // [layers] (only KDA layers initialised)
+  std::vector<MlaCache> mla_;   // [layers] (only MLA layers initialised)
+  KdaScratch kda_scratch_;
+  MlaScratch mla_scratch_;
+  FfnScratch ffn_scratch_;
+  AlignedBuffer<float> partial_;   // [n, H] running block sum
+  AlignedBuffer<float> anchors_;   // [n, max_anchors, H] completed blocks (anchor 0 = embedding)
+  AlignedBuffer<float> mixed_;     // [n, H] AttnRes output
+  AlignedBuffer<float> normed_;    // [n, H] RMS-normalised sub-layer input
+  AlignedBuffer<float> sublayer_;  // [n, H] attention or FFN output
+  AlignedBuffer<float> tail_;      // [H]
+  std::vector<const float*> sources_;  // [max_anchors + 1] reserved pointer list
+};
+
+}  // namespace deltafin

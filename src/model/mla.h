@@ -1,0 +1,44 @@
+// Multi-head Latent Attention with NoPE and an output gate (spec §4.5), absorbed form.
+//
+// The cache keeps, per position, only the normalised KV latent c_kv [kv_lora] and the shared,
+// unrotated rope-part key r [rope] (55 KB/token for K3 instead of 2.8 MB expanded). Scores use
+// q_lat_h = W_UK_hᵀ·q_nope_h against c_kv, plus q_rope_h·r; values are formed in latent space and
+// expanded once per head with W_UV_h. Algebraically identical to the expanded form; rounding
+// differs at ~1e-8 (accepted by spec §6.3 #12).
+#pragma once
+
+#include <cstdint>
+
+#include "base/aligned_buffer.h"
+#include "base/status.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace deltafin {
+
+struct MlaCache {
+  AlignedBuffer<float> latent;  // [capacity, kv_lora] RMS-normalised c_kv
+  AlignedBuffer<float> rope;    // [capacity, rope]    un-normalised, unrotated shared key part
+  int64_t length = 0;
+  int64_t capacity = 0;
+  void Init(const ModelConfig& c, int64_t capacity_positions);
+};
+
+struct MlaScratch {
+  AlignedBuffer<float> q_low;   // [n, q_lora]
+  AlignedBuffer<float> q;       // [n, heads*(nope+rope)]
+  AlignedBuffer<float> kv;      // [n, kv_lora+rope]
+  AlignedBuffer<float> gate;    // [n, heads*v]
+  AlignedBuffer<float> out;     // [n, heads*v]
+  AlignedBuffer<float> q_lat;   // [kv_lora]
+  AlignedBuffer<float> ctx;     // [kv_lora]
+  AlignedBuffer<float> scores;  // [capacity]
+  void Reserve(const ModelConfig& c, int64_t max_positions, int64_t capacity);
+};
+
+// x: [n, H] normalised inputs of the next n positions; appends them to the cache (each position
+// attends to the cached past and itself); out: [n, H]. Fails if the cache would overflow.
+Status MlaForward(const ModelConfig& c, const MlaWeights& w, const float* x, int64_t n,
+                  MlaCache* cache, MlaScratch* scratch, float* out);
+
+}  // namespace deltafin

@@ -1,0 +1,97 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/matvec.h"
+#include "model/ops.h"
+
+namespace deltafin {
+
+void FfnScratch::Reserve(const ModelConfig& c, int64_t max_positions) {
+  const int64_t n = max_positions, latent = c.routed_expert_hidden_size,
+                inter = c.moe_intermediate_size, k = c.num_experts_per_token;
+  const int64_t width = std::max(c.intermediate_size, c.shared_width());
+  auto sz = [](int64_t v) { return static_cast<size_t>(v); };
+  gate.Resize(sz(n * width));
+  up.Resize(sz(n * width));
+  router_logits.Resize(sz(n * c.num_experts));
+  router_scratch.Resize(sz(2 * c.num_experts + c.num_expert_group));
+  ids.Resize(sz(n * k));
+  weights.Resize(sz(n * k));
+  z.Resize(sz(n * latent));
+  z_gathered.Resize(sz(n * latent));
+  members.Resize(sz(n));
+  u1.Resize(sz(n * inter));
+  u3.Resize(sz(n * inter));
+  y_expert.Resize(sz(n * latent));
+  y_slots.Resize(sz(n * k * latent));
+  r.Resize(sz(n * latent));
+  routed.Resize(sz(n * c.hidden_size));
+}
+
+void GatedFfnForward(const ModelConfig& c, const GatedFfnWeights& w, const float* x, int64_t n,
+                     FfnScratch* s, float* out) {
+  const int64_t width = w.gate_proj.rows, hidden = c.hidden_size;
+  kernels::MatMulBf16(w.gate_proj.data, width, hidden, x, n, s->gate.data());
+  kernels::MatMulBf16(w.up_proj.data, width, hidden, x, n, s->up.data());
+  SituInPlace(s->gate.data(), s->up.data(), n * width, c.situ_beta, c.situ_linear_beta);
+  kernels::MatMulBf16(w.down_proj.data, hidden, width, s->gate.data(), n, out);
+}
+
+void MoeForward(const ModelConfig& c, const MoeWeights& w, const ExpertLayout& layout,
+                const float* x, int64_t n, FfnScratch* s, float* out) {
+  const int64_t hidden = c.hidden_size, latent = c.routed_expert_hidden_size,
+                inter = c.moe_intermediate_size, k = c.num_experts_per_token,
+                n_experts = c.num_experts;
+  const RouterConfig rc{n_experts,       k, c.num_expert_group, c.topk_group, c.moe_renormalize,
+                        c.routed_scaling_factor};
+  kernels::MatMulBf16(w.router.data, n_experts, hidden, x, n, s->router_logits.data());
+  for (int64_t t = 0; t < n; ++t) {
+    Route(rc, s->router_logits.data() + t * n_experts, w.correction_bias,
+          s->router_scratch.data(), s->ids.data() + t * k, s->weights.data() + t * k);
+  }
+  kernels::MatMulBf16(w.latent_down.data, latent, hidden, x, n, s->z.data());
+
+  // Run each expert once over every position that selected it.
+  const auto latent_bytes = static_cast<size_t>(latent) * sizeof(float);
+  for (int64_t e = 0; e < n_experts; ++e) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < n * k; ++i) {
+      if (s->ids[static_cast<size_t>(i)] != e) continue;
+      s->members[static_cast<size_t>(m)] = static_cast<int32_t>(i);
+      std::memcpy(s->z_gathered.data() + m * latent, s->z.data() + (i / k) * latent, latent_bytes);
+      ++m;
+    }
+    if (m == 0) continue;
+    const uint8_t* span = w.expert_spans[static_cast<size_t>(e)];
+    kernels::MatMulMxfp4(span + layout.w1_packed, span + layout.w1_scale, inter, latent,
+                         s->z_gathered.data(), m, s->u1.data());
+    kernels::MatMulMxfp4(span + layout.w3_packed, span + layout.w3_scale, inter, latent,
+                         s->z_gathered.data(), m, s->u3.data());
+    SituInPlace(s->u1.data(), s->u3.data(), m * inter, c.situ_beta, c.situ_linear_beta);
+    kernels::MatMulMxfp4(span + layout.w2_packed, span + layout.w2_scale, latent, inter,
+                         s->u1.data(), m, s->y_expert.data());
+    for (int64_t j = 0; j < m; ++j) {
+      std::memcpy(s->y_slots.data() + s->members[static_cast<size_t>(j)] * latent,
+                  s->y_expert.data() + j * latent, latent_bytes);
+    }
+  }
+
+  // Combine in selection order: acc += w_e·y_e (spec §6.1), then the latent norm.
+  for (int64_t t = 0; t < n; ++t) {
+    float* r = s->r.data() + t * latent;
+    std::fill(r, r + latent, 0.0f);
+    for (int64_t slot = 0; slot < k; ++slot) {
+      const float we = s->weights[static_cast<size_t>(t * k + slot)];
+      const float* y = s->y_slots.data() + (t * k + slot) * latent;
+      for (int64_t d = 0; d < latent; ++d) r[d] += y[d] * we;
+    }
+    if (c.latent_moe_use_norm) RmsNorm(r, w.latent_norm.data(), latent, c.rms_norm_eps, r);
+  }
+  kernels::MatMulBf16(w.latent_up.data, hidden, latent, s->r.data(), n, s->routed.data());
+  GatedFfnForward(c, w.shared, x, n, s, out);
+  for (int64_t i = 0; i < n * hidden; ++i) out[i] = s->routed[static_cast<size_t>(i)] + out[i];
+}
+
+}  // namespace deltafin

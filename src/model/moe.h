@@ -1,0 +1,48 @@
+// Feed-forward blocks: the gated SiTU MLP (dense layer 0 and the fused shared experts) and the
+// LatentMoE block of layers ≥ first_k_dense_replace (spec §4.6–§4.7).
+//
+// LatentMoE for one position: route on x; z = latent_down·x once; each selected expert runs
+// y_e = W2·SiTU(W1·z, W3·z) in the latent space with MXFP4 weights; r = Σ w_e·y_e in selection
+// order; RMSNorm(r); routed = latent_up·r; plus the shared experts on the full-width x.
+// For n positions each expert in the union of their selections runs once over all positions that
+// chose it (the batched products read the expert's bytes once); the per-position combine order is
+// unchanged, so a prefill chunk and token-by-token decode give identical results.
+#pragma once
+
+#include <cstdint>
+
+#include "base/aligned_buffer.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace deltafin {
+
+struct FfnScratch {
+  // Gated MLP
+  AlignedBuffer<float> gate, up;  // [n, max(dense width, shared width)]
+  // Router
+  AlignedBuffer<float> router_logits;  // [n, experts]
+  AlignedBuffer<float> router_scratch; // [2*experts + groups]
+  AlignedBuffer<int32_t> ids;          // [n, top_k] selection order
+  AlignedBuffer<float> weights;        // [n, top_k]
+  // Latent experts
+  AlignedBuffer<float> z;              // [n, latent]
+  AlignedBuffer<float> z_gathered;     // [n, latent] rows of the positions routed to one expert
+  AlignedBuffer<int32_t> members;      // [n] (t*top_k + slot) of those positions
+  AlignedBuffer<float> u1, u3;         // [n, inter]
+  AlignedBuffer<float> y_expert;       // [n, latent]
+  AlignedBuffer<float> y_slots;        // [n, top_k, latent]
+  AlignedBuffer<float> r;              // [n, latent]
+  AlignedBuffer<float> routed;         // [n, H]
+  void Reserve(const ModelConfig& c, int64_t max_positions);
+};
+
+// out[n, H] = down·SiTU(gate·x, up·x).
+void GatedFfnForward(const ModelConfig& c, const GatedFfnWeights& w, const float* x, int64_t n,
+                     FfnScratch* s, float* out);
+
+// out[n, H] = LatentMoE(x) + shared(x). Routes are left in s->ids / s->weights.
+void MoeForward(const ModelConfig& c, const MoeWeights& w, const ExpertLayout& layout,
+                const float* x, int64_t n, FfnScratch* s, float* out);
+
+}  // namespace deltafin

@@ -1,0 +1,131 @@
+#include "model/ops.h"
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/matvec.h"
+
+namespace deltafin {
+
+float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+float Silu(float x) { return x * Sigmoid(x); }
+
+void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out) {
+  const float mean_sq = kernels::DotF32(x, x, n) / static_cast<float>(n);
+  const float inv = 1.0f / std::sqrt(mean_sq + eps);
+  for (int64_t i = 0; i < n; ++i) {
+    const float normed = x[i] * inv;  // normalise first, then weight (reference order)
+    out[i] = w ? w[i] * normed : normed;
+  }
+}
+
+float Situ(float gate, float up, float beta, float linear_beta) {
+  const float bounded_gate = std::tanh(gate / beta) * beta;
+  const float bounded_up = std::tanh(up / linear_beta) * linear_beta;
+  return (bounded_gate * Sigmoid(gate)) * bounded_up;
+}
+
+void SituInPlace(float* gate, const float* up, int64_t n, float beta, float linear_beta) {
+  for (int64_t i = 0; i < n; ++i) gate[i] = Situ(gate[i], up[i], beta, linear_beta);
+}
+
+void SoftmaxInPlace(float* x, int64_t n) {
+  float max_v = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) max_v = std::fmax(max_v, x[i]);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max_v);
+    sum += x[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void AttnResMix(const float* const* sources, int64_t n_sources, const float* query, int64_t width,
+                float eps, float* out, float* alpha) {
+  // K3 has at most 9 sources (8 anchors + partial); a fixed array keeps this allocation-free.
+  constexpr int64_t kMaxSources = 64;
+  float scores[kMaxSources];
+  for (int64_t j = 0; j < n_sources && j < kMaxSources; ++j) {
+    const float* v = sources[j];
+    const float inv_rms =
+        1.0f / std::sqrt(kernels::DotF32(v, v, width) / static_cast<float>(width) + eps);
+    // Σ (v·inv_rms)·q = inv_rms · Σ v·q up to rounding; keep the reference order: normalise
+    // element-wise, then dot.
+    float p[32] = {};
+    for (int64_t d = 0; d < width; ++d) p[d % 32] += (v[d] * inv_rms) * query[d];
+    for (int w = 16; w >= 1; w /= 2) {
+      for (int i = 0; i < w; ++i) p[i] += p[i + w];
+    }
+    scores[j] = p[0];
+  }
+  SoftmaxInPlace(scores, n_sources);
+  for (int64_t d = 0; d < width; ++d) out[d] = 0.0f;
+  for (int64_t j = 0; j < n_sources; ++j) {
+    const float a = scores[j];
+    const float* v = sources[j];
+    for (int64_t d = 0; d < width; ++d) out[d] += a * v[d];
+    if (alpha) alpha[j] = a;
+  }
+}
+
+void Route(const RouterConfig& rc, const float* logits, const float* correction_bias,
+           float* scratch, int32_t* ids, float* weights) {
+  const int64_t n = rc.num_experts;
+  float* scores = scratch;         // [n] raw sigmoid scores (for weights)
+  float* selection = scratch + n;  // [n] scores + bias (for choosing); -inf = not eligible
+  float* group_scores = scratch + 2 * n;
+  constexpr float kIneligible = -std::numeric_limits<float>::infinity();
+  for (int64_t e = 0; e < n; ++e) {
+    scores[e] = Sigmoid(logits[e]);
+    selection[e] = scores[e] + correction_bias[e];
+  }
+  if (rc.num_groups > 1 && rc.num_groups > rc.topk_groups) {
+    const int64_t per_group = n / rc.num_groups;
+    for (int64_t g = 0; g < rc.num_groups; ++g) {
+      float best = -std::numeric_limits<float>::infinity(), second = best;
+      for (int64_t e = g * per_group; e < (g + 1) * per_group; ++e) {
+        if (selection[e] > best) {
+          second = best;
+          best = selection[e];
+        } else if (selection[e] > second) {
+          second = selection[e];
+        }
+      }
+      group_scores[g] = best + second;
+    }
+    // Keep the topk_groups best groups (ties: lower group id), mask the others out of selection.
+    for (int64_t kept = 0; kept < rc.topk_groups; ++kept) {
+      int64_t best_g = -1;
+      for (int64_t g = 0; g < rc.num_groups; ++g) {
+        if (std::isnan(group_scores[g])) continue;  // already kept
+        if (best_g < 0 || group_scores[g] > group_scores[best_g]) best_g = g;
+      }
+      group_scores[best_g] = std::numeric_limits<float>::quiet_NaN();
+    }
+    for (int64_t g = 0; g < rc.num_groups; ++g) {
+      if (std::isnan(group_scores[g])) continue;
+      for (int64_t e = g * per_group; e < (g + 1) * per_group; ++e) selection[e] = kIneligible;
+    }
+  }
+  // Top-k by selection score, ties to the lower id; selected entries are marked NaN.
+  float sum = 0.0f;
+  for (int64_t k = 0; k < rc.top_k; ++k) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < n; ++e) {
+      if (std::isnan(selection[e])) continue;
+      if (best < 0 || selection[e] > selection[best]) best = e;
+    }
+    ids[k] = static_cast<int32_t>(best);
+    selection[best] = std::numeric_limits<float>::quiet_NaN();
+    weights[k] = scores[best];
+    sum += scores[best];
+  }
+  for (int64_t k = 0; k < rc.top_k; ++k) {
+    if (rc.renormalize) weights[k] = weights[k] / (sum + 1e-20f);
+    weights[k] *= rc.scaling_factor;
+  }
+}
+
+}  // namespace deltafin

@@ -1,0 +1,47 @@
+// Element-wise and small reduction ops of the K3 forward pass (spec §4), in fp32.
+// Each one is written to match the reference's operation order; comments say where that matters.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace deltafin {
+
+float Sigmoid(float x);
+float Silu(float x);
+
+// out = w ⊙ (x / sqrt(mean(x²) + eps)); statistics in fp32. `w` may be null (no weight).
+// In-place (out == x) is allowed.
+void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out);
+
+// SiTU(gate, up) = ((tanh(gate/β)·β)·σ(gate)) · (tanh(up/β_lin)·β_lin); σ takes the raw gate.
+float Situ(float gate, float up, float beta, float linear_beta);
+void SituInPlace(float* gate, const float* up, int64_t n, float beta, float linear_beta);
+
+// Numerically safe in-place softmax (max-subtracted, fp32).
+void SoftmaxInPlace(float* x, int64_t n);
+
+// Block Attention Residuals mix (spec §4.3): sources[j] are n_sources vectors of width `width`
+// (the running partial last); score_j = Σ_d rms_normalise(v_j)[d]·query[d]; α = softmax(score);
+// out = Σ_j α_j·v_j over the un-normalised sources. `alpha` receives the weights if non-null.
+void AttnResMix(const float* const* sources, int64_t n_sources, const float* query, int64_t width,
+                float eps, float* out, float* alpha = nullptr);
+
+// Router (spec §4.7): sigmoid scores, correction bias for selection only, optional grouped
+// top-k (group score = sum of the group's 2 best selection scores; best groups kept, ties to the
+// lower group id), top-k among experts of kept groups (ties to the lower expert id), weights from
+// the raw scores renormalised with +1e-20 and multiplied by the scaling factor.
+struct RouterConfig {
+  int64_t num_experts;
+  int64_t top_k;
+  int64_t num_groups;
+  int64_t topk_groups;
+  bool renormalize;
+  float scaling_factor;
+};
+// `logits`: [num_experts] router logits. Writes ids/weights [top_k] in selection order.
+// `scratch`: at least 2*num_experts + num_groups floats. No allocation.
+void Route(const RouterConfig& rc, const float* logits, const float* correction_bias,
+           float* scratch, int32_t* ids, float* weights);
+
+}  // namespace deltafin

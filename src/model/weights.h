@@ -1,0 +1,116 @@
+// ModelWeights: every tensor the forward pass reads, bound to checkpoint bytes and validated once.
+//
+// Binding walks the tensor roster (tensor_roster.h) and fails, naming the tensor, on anything
+// missing or of the wrong dtype or shape. BF16 matrices stay where they are (memory-mapped shard
+// bytes, widened on the fly by the kernels); small vectors (norm weights, AttnRes pseudo-queries)
+// are widened to fp32 once here. Routed experts are recorded as the start of their contiguous
+// span: the six tensors of one expert must sit back to back in roster order, which is what lets an
+// expert be one positional read (spec §2.8).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "base/status.h"
+#include "format/checkpoint.h"
+#include "model/config.h"
+
+namespace deltafin {
+
+// A BF16 matrix W[rows, cols] used as y = W·x.
+struct Bf16Matrix {
+  const uint16_t* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// Byte offsets of the six tensors inside one expert span (spec §2.8; tiny/bench scale with dims).
+//   [w1 packed | w1 scale | w2 packed | w2 scale | w3 packed | w3 scale]
+//   w1, w3: [inter, latent] (gate, up: latent -> inter); w2: [latent, inter] (down)
+struct ExpertLayout {
+  uint64_t w1_packed = 0, w1_scale = 0, w2_packed = 0, w2_scale = 0, w3_packed = 0, w3_scale = 0;
+  uint64_t bytes = 0;
+  static ExpertLayout For(const ModelConfig& c);
+};
+
+struct KdaWeights {
+  Bf16Matrix q_proj, k_proj, v_proj;                // [P, H]
+  const float* q_conv = nullptr;                    // [P, 1, K] (tap K-1 = current position)
+  const float* k_conv = nullptr;
+  const float* v_conv = nullptr;
+  Bf16Matrix f_a_proj;                              // [head_dim, H]
+  Bf16Matrix f_b_proj;                              // [P, head_dim]
+  const float* dt_bias = nullptr;                   // [P]
+  AlignedBuffer<float> a_exp;                       // [kda_heads] exp(A_log[h]), per head
+  Bf16Matrix b_proj;                                // [kda_heads, H]
+  Bf16Matrix g_proj;                                // [P, H] full-rank output gate
+  const float* o_norm = nullptr;                    // [head_dim], shared by all heads
+  Bf16Matrix o_proj;                                // [H, P]
+};
+
+struct MlaWeights {
+  Bf16Matrix q_a_proj;          // [q_lora, H]
+  AlignedBuffer<float> q_a_norm;  // [q_lora]
+  Bf16Matrix q_b_proj;          // [heads*(nope+rope), q_lora], head-major: nope rows then rope rows
+  Bf16Matrix kv_a_proj;         // [kv_lora+rope, H]: latent rows then rope rows
+  AlignedBuffer<float> kv_a_norm;  // [kv_lora]
+  Bf16Matrix kv_b_proj;         // [heads*(nope+v), kv_lora], head-major: key-nope rows then value rows
+  Bf16Matrix g_proj;            // [heads*v, H]
+  Bf16Matrix o_proj;            // [H, heads*v]
+};
+
+struct GatedFfnWeights {  // dense layer-0 FFN and the fused shared experts
+  Bf16Matrix gate_proj, up_proj;  // [width, H]
+  Bf16Matrix down_proj;           // [H, width]
+};
+
+struct MoeWeights {
+  Bf16Matrix router;                      // [n_experts, H]
+  const float* correction_bias = nullptr; // [n_experts]
+  Bf16Matrix latent_down;                 // [latent, H]   "routed_expert_down_proj"
+  AlignedBuffer<float> latent_norm;       // [latent] (empty when latent_moe_use_norm is false)
+  Bf16Matrix latent_up;                   // [H, latent]   "routed_expert_up_proj"
+  GatedFfnWeights shared;
+  std::vector<const uint8_t*> expert_spans;  // [n_experts] start of each expert's contiguous span
+};
+
+struct LayerWeights {
+  AttentionKind kind = AttentionKind::kKda;
+  AlignedBuffer<float> input_norm;       // [H]
+  AlignedBuffer<float> post_attn_norm;   // [H]
+  AlignedBuffer<float> attn_res_query;   // [H] self_attention_res_norm ⊙ self_attention_res_proj
+  AlignedBuffer<float> mlp_res_query;    // [H] mlp_res_norm ⊙ mlp_res_proj
+  KdaWeights kda;
+  MlaWeights mla;
+  bool is_moe = false;
+  GatedFfnWeights dense;
+  MoeWeights moe;
+};
+
+struct BindOptions {
+  // Check every MXFP4 scale byte lies in [2, 252]. Reads all scale bytes, so it is a choice.
+  bool audit_expert_scales = false;
+};
+
+struct ModelWeights {
+  ModelConfig config;
+  Checkpoint checkpoint;  // owns the mapped shards that the pointers below point into
+  ExpertLayout expert_layout;
+  const uint16_t* embed_tokens = nullptr;  // [vocab, H] BF16
+  AlignedBuffer<float> final_norm;         // [H]
+  AlignedBuffer<float> tail_res_query;     // [H] output_attn_res_norm ⊙ output_attn_res_proj
+  Bf16Matrix lm_head;                      // [vocab, H]
+  std::vector<LayerWeights> layers;
+
+  static Result<std::unique_ptr<ModelWeights>> Load(const std::string& model_dir,
+                                                    const BindOptions& options);
+};
+
+// Checks that every scale byte of one expert lies in [2, 252]; the error names the tensor.
+Status AuditExpertScales(const ModelConfig& c, const ExpertLayout& layout, const uint8_t* span,
+                         int64_t layer, int64_t expert);
+
+}  // namespace deltafin
