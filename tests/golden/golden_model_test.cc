@@ -1,0 +1,204 @@
+// Whole-model golden tests on the tiny K3-shaped checkpoint: logits of every position against the
+// fp64 reference (max |Δ| ≤ 1e-3, argmax equal), routes (expert sets, weights), the 16-token
+// greedy continuation, prefill-vs-decode agreement, and an allocation-free decode step.
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "deltafin/engine.h"
+#include "golden/golden_data.h"
+
+namespace deltafin::testing {
+extern std::atomic<uint64_t> g_allocations;
+}
+
+namespace deltafin {
+namespace {
+
+using testing::GoldenDir;
+using testing::LoadF32;
+using testing::LoadJson;
+
+const nlohmann::json& Reference() {
+  static const nlohmann::json ref = LoadJson(GoldenDir() + "/reference.json");
+  return ref;
+}
+
+std::unique_ptr<Engine> LoadGolden(int64_t prefill_chunk = 32) {
+  EngineOptions options;
+  options.model_dir = testing::GoldenModelDir();
+  options.prefill_chunk = prefill_chunk;
+  options.audit_expert_scales = EngineOptions::ScaleAudit::kOn;
+  auto engine = Engine::Load(options);
+  EXPECT_TRUE(engine.ok()) << engine.status().message();
+  return engine.ok() ? std::move(engine).value() : nullptr;
+}
+
+class RouteRecorder : public ForwardObserver {
+ public:
+  void OnRoute(int64_t position, int64_t layer, std::span<const int32_t> experts,
+               std::span<const float> weights) override {
+    auto& r = routes[{position, layer}];
+    r.first.assign(experts.begin(), experts.end());
+    r.second.assign(weights.begin(), weights.end());
+  }
+  std::map<std::pair<int64_t, int64_t>, std::pair<std::vector<int32_t>, std::vector<float>>> routes;
+};
+
+TEST(GoldenModel, LogitsRoutesAndArgmaxMatchReference) {
+  auto engine = LoadGolden();
+  ASSERT_NE(engine, nullptr);
+  const int64_t vocab = engine->info().vocab_size;
+  ASSERT_EQ(vocab, 896);
+  double worst = 0, worst_weight = 0;
+  for (const auto& seq : Reference()["sequences"]) {
+    const auto ids = seq["ids"].get<std::vector<int32_t>>();
+    SCOPED_TRACE(seq["file"].get<std::string>());
+    const auto want = LoadF32(GoldenDir() + "/" + seq["file"].get<std::string>());
+    ASSERT_EQ(want.size(), ids.size() * static_cast<size_t>(vocab));
+    auto session = engine->NewSession();
+    RouteRecorder recorder;
+    session->SetObserver(&recorder);
+    std::vector<float> got(want.size());
+    ASSERT_TRUE(session->Prefill(ids, got).ok());
+    const auto argmax = seq["argmax"].get<std::vector<int32_t>>();
+    for (size_t t = 0; t < ids.size(); ++t) {
+      std::span<const float> row(got.data() + t * vocab, static_cast<size_t>(vocab));
+      double max_diff = 0;
+      for (int64_t v = 0; v < vocab; ++v) {
+        max_diff = std::max(max_diff, double{std::abs(row[v] - want[t * vocab + v])});
+      }
+      EXPECT_LE(max_diff, 1e-3) << "position " << t;
+      worst = std::max(worst, max_diff);
+      EXPECT_EQ(ArgmaxToken(row), argmax[t]) << "position " << t;
+      const auto& layers = seq["routes"][t];
+      for (const auto& r : layers) {
+        if (r.is_null()) continue;
+        const int64_t layer = r["layer"];
+        const auto& [experts, weights] = recorder.routes[{static_cast<int64_t>(t), layer}];
+        const auto want_experts = r["experts"].get<std::vector<int32_t>>();
+        const auto want_weights = r["weights"].get<std::vector<double>>();
+        EXPECT_EQ(std::set<int32_t>(experts.begin(), experts.end()),
+                  std::set<int32_t>(want_experts.begin(), want_experts.end()))
+            << "position " << t << " layer " << layer;
+        for (size_t k = 0; k < want_experts.size(); ++k) {
+          for (size_t j = 0; j < experts.size(); ++j) {
+            if (experts[j] != want_experts[k]) continue;
+            EXPECT_LE(std::abs(weights[j] - want_weights[k]), 1e-5);
+            worst_weight = std::max(worst_weight, std::abs(weights[j] - want_weights[k]));
+          }
+        }
+      }
+    }
+  }
+  std::printf("max |logit - reference| = %.3g, max |route weight - reference| = %.3g\n", worst,
+              worst_weight);
+}
+
+TEST(GoldenModel, GreedyContinuationIsIdentical) {
+  auto engine = LoadGolden();
+  ASSERT_NE(engine, nullptr);
+  const auto& greedy = Reference()["greedy"];
+  const auto prompt = greedy["prompt_ids"].get<std::vector<int32_t>>();
+  const auto want = greedy["new_tokens"].get<std::vector<int32_t>>();
+  auto session = engine->NewSession();
+  ASSERT_TRUE(session->Prefill(prompt).ok());
+  std::vector<int32_t> got;
+  for (size_t i = 0; i < want.size(); ++i) {
+    got.push_back(ArgmaxToken(session->Logits()));
+    ASSERT_TRUE(session->Decode(got.back()).ok());
+  }
+  EXPECT_EQ(got, want);
+}
+
+// Multi-token prefill (several chunk sizes, crossing chunk boundaries) and token-by-token decode
+// must give the same logits: relative difference ≤ 1e-5 of the largest logit.
+TEST(GoldenModel, PrefillMatchesTokenByTokenDecode) {
+  const auto ids = Reference()["sequences"][2]["ids"].get<std::vector<int32_t>>();
+  auto decode_engine = LoadGolden(1);
+  ASSERT_NE(decode_engine, nullptr);
+  const auto vocab = static_cast<size_t>(decode_engine->info().vocab_size);
+  std::vector<float> stepwise;
+  auto session = decode_engine->NewSession();
+  for (int32_t id : ids) {
+    ASSERT_TRUE(session->Decode(id).ok());
+    stepwise.insert(stepwise.end(), session->Logits().begin(), session->Logits().end());
+  }
+  for (int64_t chunk : {5, 24, 64}) {
+    auto engine = LoadGolden(chunk);
+    ASSERT_NE(engine, nullptr);
+    auto s = engine->NewSession();
+    std::vector<float> batched(ids.size() * vocab);
+    ASSERT_TRUE(s->Prefill(ids, batched).ok());
+    double scale = 0, diff = 0;
+    for (size_t i = 0; i < batched.size(); ++i) {
+      scale = std::max(scale, double{std::abs(stepwise[i])});
+      diff = std::max(diff, double{std::abs(batched[i] - stepwise[i])});
+    }
+    EXPECT_LE(diff, 1e-5 * scale) << "chunk " << chunk;
+  }
+}
+
+TEST(GoldenModel, ResetStartsANewSequence) {
+  auto engine = LoadGolden();
+  ASSERT_NE(engine, nullptr);
+  const auto ids = Reference()["sequences"][1]["ids"].get<std::vector<int32_t>>();
+  auto session = engine->NewSession();
+  ASSERT_TRUE(session->Prefill(ids).ok());
+  const std::vector<float> first(session->Logits().begin(), session->Logits().end());
+  session->Reset();
+  EXPECT_EQ(session->position(), 0);
+  ASSERT_TRUE(session->Prefill(ids).ok());
+  EXPECT_EQ(std::vector<float>(session->Logits().begin(), session->Logits().end()), first);
+}
+
+TEST(GoldenModel, ContextCapacityIsEnforced) {
+  EngineOptions options;
+  options.model_dir = testing::GoldenModelDir();
+  options.context_capacity = 4;
+  auto engine = Engine::Load(options);
+  ASSERT_TRUE(engine.ok());
+  auto session = (*engine)->NewSession();
+  const std::vector<int32_t> ids = {1, 2, 3, 4};
+  ASSERT_TRUE(session->Prefill(ids).ok());
+  const Status st = session->Decode(5);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("context full"), std::string::npos) << st.message();
+}
+
+TEST(GoldenModel, RejectsTokenOutsideVocabulary) {
+  auto engine = LoadGolden();
+  ASSERT_NE(engine, nullptr);
+  auto session = engine->NewSession();
+  const Status st = session->Decode(896);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("outside the vocabulary"), std::string::npos) << st.message();
+  EXPECT_EQ(session->position(), 0);
+}
+
+TEST(GoldenModel, DecodeStepDoesNotAllocate) {
+  auto engine = LoadGolden();
+  ASSERT_NE(engine, nullptr);
+  auto session = engine->NewSession();
+  const std::vector<int32_t> prompt = {632, 304, 32};
+  ASSERT_TRUE(session->Prefill(prompt).ok());
+  // The hooks must be live, or this test could not fail.
+  const uint64_t probe = testing::g_allocations.load();
+  // A direct call of the allocation function, which (unlike a new-expression) cannot be elided.
+  void* p = ::operator new(16);
+  ::operator delete(p);
+  ASSERT_GT(testing::g_allocations.load(), probe);
+  for (int i = 0; i < 8; ++i) {
+    const int32_t next = ArgmaxToken(session->Logits());
+    const uint64_t before = testing::g_allocations.load();
+    const Status st = session->Decode(next);
+    const uint64_t after = testing::g_allocations.load();
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(after - before, 0u) << "decode step " << i << " allocated";
+  }
+}
+
+}  // namespace
+}  // namespace deltafin
