@@ -1,12 +1,15 @@
+// Vocabulary construction for make-model: a tiny greedy BPE trainer over embedded prose, a
+// deterministic filler for vocabularies larger than that prose supports, and writers for the two
+// tokenizer files in the exact format of K3's (see bpe_vocab.h).
 #include "modelgen/bpe_vocab.h"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <map>
 #include <string_view>
 #include <unordered_set>
 #include <utility>
-
-#include <nlohmann/json.hpp>
 
 namespace deltafin {
 
@@ -139,7 +142,8 @@ void LearnMerges(int64_t num_ranks, std::vector<std::string>* tokens,
   while (static_cast<int64_t>(tokens->size()) < num_ranks) {
     std::map<std::pair<int64_t, int64_t>, int64_t> pair_counts;
     for (const Word& w : words) {
-      for (size_t j = 0; j + 1 < w.ids.size(); ++j) pair_counts[{w.ids[j], w.ids[j + 1]}] += w.count;
+      for (size_t j = 0; j + 1 < w.ids.size(); ++j)
+        pair_counts[{w.ids[j], w.ids[j + 1]}] += w.count;
     }
     std::pair<int64_t, int64_t> best{-1, -1};
     int64_t best_count = 1;  // a pair must occur at least twice to be worth a rank
@@ -147,8 +151,8 @@ void LearnMerges(int64_t num_ranks, std::vector<std::string>* tokens,
       if (count > best_count) best = pair, best_count = count;
     }
     if (best.first < 0) return;
-    const std::string merged = (*tokens)[static_cast<size_t>(best.first)] +
-                               (*tokens)[static_cast<size_t>(best.second)];
+    const std::string merged =
+        (*tokens)[static_cast<size_t>(best.first)] + (*tokens)[static_cast<size_t>(best.second)];
     // Two different splits can spell the same bytes ("ab"+"c", "a"+"bc"): reuse the existing rank
     // so every token stays distinct.
     auto [it, inserted] = index->emplace(merged, static_cast<int64_t>(tokens->size()));
@@ -170,17 +174,23 @@ void LearnMerges(int64_t num_ranks, std::vector<std::string>* tokens,
   }
 }
 
-// Fills the remaining ranks with merges of pseudo-random pairs: a short existing token (<= 6
-// bytes) followed by a printable byte, letters weighted like English. Keeping the left side short
-// bounds token length (merging arbitrary pairs would double lengths without limit).
+// Fills the remaining ranks with merges of pseudo-random pairs: a short printable existing token
+// (<= 6 bytes of visible ASCII or space) followed by a visible byte, letters weighted like English.
+// Keeping the left side short bounds token length (merging arbitrary pairs would double lengths
+// without limit); keeping it printable keeps the tail of the vocabulary word-like.
 Status AddRandomMerges(int64_t num_ranks, std::vector<std::string>* tokens,
                        std::map<std::string, int64_t>* index) {
-  constexpr std::string_view kLetters = "eeeeeeettttttaaaaaooooiiiinnnnsssshhhhrrrrdddllluuccmmwwffggyy"
-                                        "ppbbvkjxqz";
+  constexpr std::string_view kLetters =
+      "eeeeeeettttttaaaaaooooiiiinnnnsssshhhhrrrrdddllluuccmmwwffggyy"
+      "ppbbvkjxqz";
   constexpr size_t kMaxLeftBytes = 6;
+  auto printable = [](const std::string& t) {
+    return std::all_of(t.begin(), t.end(), [](char ch) { return ch >= 0x20 && ch < 0x7F; });
+  };
   std::vector<int64_t> short_ids;
   for (size_t r = 0; r < tokens->size(); ++r) {
-    if ((*tokens)[r].size() <= kMaxLeftBytes) short_ids.push_back(static_cast<int64_t>(r));
+    const std::string& t = (*tokens)[r];
+    if (t.size() <= kMaxLeftBytes && printable(t)) short_ids.push_back(static_cast<int64_t>(r));
   }
   uint64_t state = 0x4B33'564F'4341'4231ull;  // fixed: the vocabulary must not depend on the seed
   const int64_t needed = num_ranks - static_cast<int64_t>(tokens->size());
@@ -230,23 +240,40 @@ Result<std::vector<std::string>> BuildBpeVocab(int64_t num_ranks) {
 
 std::string SpecialTokenContent(int64_t first_special_id, int64_t offset) {
   switch (offset) {
-    case 0: return "[BOS]";
-    case 1: return "[EOS]";
-    case 2: return "<|end_of_msg|>";
-    case 3: return "<|open|>";
-    case 4: return "<|close|>";
-    case 5: return "<|sep|>";
-    case 6: return "[start_header_id]";
-    case 7: return "[end_header_id]";
-    case 9: return "[EOT]";
-    case 18: return "<|media_begin|>";
-    case 19: return "<|media_content|>";
-    case 20: return "<|media_end|>";
-    case 21: return "<|media_pad|>";
-    case 65: return "<osagent_mode>";
-    case 254: return "[UNK]";
-    case 255: return "[PAD]";
-    default: return "<|reserved_token_" + std::to_string(first_special_id + offset) + "|>";
+    case 0:
+      return "[BOS]";
+    case 1:
+      return "[EOS]";
+    case 2:
+      return "<|end_of_msg|>";
+    case 3:
+      return "<|open|>";
+    case 4:
+      return "<|close|>";
+    case 5:
+      return "<|sep|>";
+    case 6:
+      return "[start_header_id]";
+    case 7:
+      return "[end_header_id]";
+    case 9:
+      return "[EOT]";
+    case 18:
+      return "<|media_begin|>";
+    case 19:
+      return "<|media_content|>";
+    case 20:
+      return "<|media_end|>";
+    case 21:
+      return "<|media_pad|>";
+    case 65:
+      return "<osagent_mode>";
+    case 254:
+      return "[UNK]";
+    case 255:
+      return "[PAD]";
+    default:
+      return "<|reserved_token_" + std::to_string(first_special_id + offset) + "|>";
   }
 }
 

@@ -15,11 +15,11 @@
 // The 256 reserved special ids follow the ranks at K3's offsets ([BOS] = first special id, ...).
 #pragma once
 
+#include "base/status.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include "base/status.h"
 
 namespace deltafin {
 
@@ -27,10 +27,10 @@ namespace deltafin {
 inline constexpr int64_t kNumSpecialTokens = 256;
 
 // Offsets of the named specials from the first special id (K3: 163584 + offset, spec §5.2).
-inline constexpr int64_t kBosOffset = 0;             // [BOS]
-inline constexpr int64_t kEosOffset = 2;             // <|end_of_msg|>: config eos / stop token
+inline constexpr int64_t kBosOffset = 0;                // [BOS]
+inline constexpr int64_t kEosOffset = 2;                // <|end_of_msg|>: config eos / stop token
 inline constexpr int64_t kMediaPlaceholderOffset = 21;  // <|media_pad|>
-inline constexpr int64_t kPadOffset = 255;           // [PAD]
+inline constexpr int64_t kPadOffset = 255;              // [PAD]
 
 // Returns `num_ranks` distinct byte strings; element r is the token of rank r. Needs
 // num_ranks >= 256 (the single bytes).

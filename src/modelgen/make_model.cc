@@ -1,25 +1,10 @@
+// make-model implementation. Three stages: (1) build config.json from a preset plus overrides and
+// validate it with the engine's own parser; (2) plan the shards from the shared tensor roster
+// (non-expert tensors split below a size limit, then one shard per MoE layer's experts, each
+// shard in writer order); (3) generate and write. Generation is a pure function of (seed, tensor
+// name, byte offset), so worker threads fill 16 MiB chunks ahead of a single writer that consumes
+// them in file order: output is independent of the thread count and runs at disk speed.
 #include "modelgen/make_model.h"
-
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <bit>
-#include <charconv>
-#include <chrono>
-#include <cerrno>
-#include <cmath>
-#include <condition_variable>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <memory>
-#include <mutex>
-#include <set>
-#include <string_view>
-#include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "base/aligned_buffer.h"
 #include "format/checkpoint.h"
@@ -30,6 +15,26 @@
 #include "quant/bf16.h"
 #include "quant/mxfp4.h"
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string_view>
+#include <thread>
+#include <unistd.h>
+
 namespace deltafin {
 
 namespace {
@@ -38,7 +43,8 @@ namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
 // safetensors data is little-endian; the generator stores native words with memcpy.
-static_assert(std::endian::native == std::endian::little, "make-model assumes a little-endian host");
+static_assert(std::endian::native == std::endian::little,
+              "make-model assumes a little-endian host");
 
 // ---------------------------------------------------------------------------------------------
 // config.json
@@ -68,32 +74,57 @@ struct PresetDims {
 };
 
 // Spec §7 (k3-tiny-config.json) with a 768-rank vocabulary instead of K3's 163,584.
-constexpr PresetDims kTiny = {
-    .vocab_size = 1024, .hidden_size = 256, .intermediate_size = 640, .num_hidden_layers = 9,
-    .max_position_embeddings = 8192, .attn_res_block_size = 4, .mla_heads = 4, .q_lora_rank = 96,
-    .kv_lora_rank = 64, .qk_nope_head_dim = 32, .qk_rope_head_dim = 16, .v_head_dim = 32,
-    .kda_heads = 4, .num_experts = 64, .num_experts_per_token = 4, .moe_intermediate_size = 96,
-    .routed_expert_hidden_size = 128, .num_expert_group = 4, .topk_group = 2};
+constexpr PresetDims kTiny = {.vocab_size = 1024,
+                              .hidden_size = 256,
+                              .intermediate_size = 640,
+                              .num_hidden_layers = 9,
+                              .max_position_embeddings = 8192,
+                              .attn_res_block_size = 4,
+                              .mla_heads = 4,
+                              .q_lora_rank = 96,
+                              .kv_lora_rank = 64,
+                              .qk_nope_head_dim = 32,
+                              .qk_rope_head_dim = 16,
+                              .v_head_dim = 32,
+                              .kda_heads = 4,
+                              .num_experts = 64,
+                              .num_experts_per_token = 4,
+                              .moe_intermediate_size = 96,
+                              .routed_expert_hidden_size = 128,
+                              .num_expert_group = 4,
+                              .topk_group = 2};
 
 // shared/bench/README.md: K3's structure and routing shape (93 layers, 896 experts, top-16,
 // groups 1/1), widths scaled down; ~17 GB of experts.
-constexpr PresetDims kBench = {
-    .vocab_size = 32768, .hidden_size = 1024, .intermediate_size = 4864, .num_hidden_layers = 93,
-    .max_position_embeddings = 1048576, .attn_res_block_size = 12, .mla_heads = 8,
-    .q_lora_rank = 256, .kv_lora_rank = 128, .qk_nope_head_dim = 64, .qk_rope_head_dim = 32,
-    .v_head_dim = 64, .kda_heads = 8, .num_experts = 896, .num_experts_per_token = 16,
-    .moe_intermediate_size = 256, .routed_expert_hidden_size = 512, .num_expert_group = 1,
-    .topk_group = 1};
+constexpr PresetDims kBench = {.vocab_size = 32768,
+                               .hidden_size = 1024,
+                               .intermediate_size = 4864,
+                               .num_hidden_layers = 93,
+                               .max_position_embeddings = 1048576,
+                               .attn_res_block_size = 12,
+                               .mla_heads = 8,
+                               .q_lora_rank = 256,
+                               .kv_lora_rank = 128,
+                               .qk_nope_head_dim = 64,
+                               .qk_rope_head_dim = 32,
+                               .v_head_dim = 64,
+                               .kda_heads = 8,
+                               .num_experts = 896,
+                               .num_experts_per_token = 16,
+                               .moe_intermediate_size = 256,
+                               .routed_expert_hidden_size = 512,
+                               .num_expert_group = 1,
+                               .topk_group = 1};
 
 // Largest layer count an override may ask for; it only exists to keep a typo from allocating
 // gigabytes of schedule lists before the config is validated.
 constexpr int64_t kMaxLayers = 10000;
 
 ordered_json QuantizationConfig() {
-  ordered_json weights = {{"num_bits", 4},          {"type", "float"},
-                          {"symmetric", true},      {"strategy", "group"},
-                          {"group_size", 32},       {"dynamic", false},
-                          {"observer", "minmax"},   {"scale_dtype", "torch.uint8"}};
+  ordered_json weights = {{"num_bits", 4},        {"type", "float"},
+                          {"symmetric", true},    {"strategy", "group"},
+                          {"group_size", 32},     {"dynamic", false},
+                          {"observer", "minmax"}, {"scale_dtype", "torch.uint8"}};
   ordered_json group0 = {{"format", "mxfp4-pack-quantized"},
                          {"targets", {R"(re:.*block_sparse_moe\.experts\.\d+\.w[123]$)"}},
                          {"weights", weights},
@@ -282,8 +313,8 @@ uint64_t TensorSeed(uint64_t seed, std::string_view name) {
 // shifted and scaled to mean 0, variance 1. Bounded by ±3.46, which is what a random init wants,
 // and much cheaper than Box-Muller for the ~1 G spine elements of `bench`.
 inline float NormalFromBits(uint64_t r) {
-  const int64_t sum = static_cast<int64_t>((r & 0xFFFF) + ((r >> 16) & 0xFFFF) +
-                                           ((r >> 32) & 0xFFFF) + (r >> 48));
+  const int64_t sum =
+      static_cast<int64_t>((r & 0xFFFF) + ((r >> 16) & 0xFFFF) + ((r >> 32) & 0xFFFF) + (r >> 48));
   constexpr float kScale = 1.7320508f / 65536.0f;  // sqrt(3) / 2^16: unit variance
   return static_cast<float>(sum - 131070) * kScale;
 }
@@ -293,8 +324,8 @@ inline float UnitFromBits(uint64_t r) { return static_cast<float>(r >> 40) * 0x1
 
 struct Init {
   enum Kind : uint8_t { kNormal, kUniform, kALog } kind = kNormal;
-  float a = 0;  // kNormal: std; kUniform: low
-  float b = 0;  // kUniform: high
+  float a = 0;               // kNormal: std; kUniform: low
+  float b = 0;               // kUniform: high
   int64_t real_entries = 0;  // kALog: entries before the zero padding (= KDA heads)
 };
 
@@ -303,7 +334,9 @@ bool EndsWith(std::string_view s, std::string_view suffix) { return s.ends_with(
 // How each non-expert tensor is initialised, decided by its name (the roster's vocabulary).
 Result<Init> InitFor(const TensorSpec& spec, const ModelConfig& c) {
   const std::string& n = spec.name;
-  auto normal = [](double std_dev) { return Init{Init::kNormal, static_cast<float>(std_dev), 0, 0}; };
+  auto normal = [](double std_dev) {
+    return Init{Init::kNormal, static_cast<float>(std_dev), 0, 0};
+  };
   auto uniform = [](float lo, float hi) { return Init{Init::kUniform, lo, hi, 0}; };
   if (EndsWith(n, "embed_tokens.weight")) return normal(1.0);
   // Every RMSNorm weight (layer norms, AttnRes norms, LoRA norms, o_norm, latent norm, final).
@@ -371,7 +404,9 @@ void FillSpineBytes(const Init& init, DType dtype, uint64_t seed, uint64_t byte_
 // else: any byte is two valid codes).
 void FillPackedBytes(uint64_t seed, uint64_t begin, uint64_t end, uint8_t* dst) {
   uint64_t i = begin;
-  for (; i < end && (i & 7) != 0; ++i) *dst++ = static_cast<uint8_t>(Draw(seed, i >> 3) >> (8 * (i & 7)));
+  for (; i < end && (i & 7) != 0; ++i) {
+    *dst++ = static_cast<uint8_t>(Draw(seed, i >> 3) >> (8 * (i & 7)));
+  }
   for (; i + 8 <= end; i += 8, dst += 8) {
     const uint64_t r = Draw(seed, i >> 3);
     std::memcpy(dst, &r, 8);
@@ -437,9 +472,9 @@ struct ExpertPart {
 struct ShardPlan {
   std::string file_name;
   uint64_t data_bytes = 0;
-  std::vector<SpineTensor> spine;      // non-expert shards, in file order
-  int64_t expert_layer = -1;           // expert shards: the MoE layer whose experts they hold
-  std::vector<int64_t> expert_order;   // expert ids in file (lexicographic name) order
+  std::vector<SpineTensor> spine;     // non-expert shards, in file order
+  int64_t expert_layer = -1;          // expert shards: the MoE layer whose experts they hold
+  std::vector<int64_t> expert_order;  // expert ids in file (lexicographic name) order
 };
 
 struct ModelPlan {
@@ -491,7 +526,8 @@ Result<std::vector<int64_t>> ExpertFileOrder(const ModelConfig& c, int64_t layer
   std::vector<int64_t> order;
   for (size_t i = 0; i < entries.size(); i += 6) {
     for (size_t k = 0; k < 6; ++k) {
-      if (entries[i + k].expert != entries[i].expert || entries[i + k].part != static_cast<int>(k)) {
+      if (entries[i + k].expert != entries[i].expert ||
+          entries[i + k].part != static_cast<int>(k)) {
         return Status::Error("make-model: sorting the tensor names of layer " +
                              std::to_string(layer) +
                              " does not keep each expert's six tensors together in roster order");
@@ -529,7 +565,7 @@ Result<ModelPlan> PlanModel(const ModelConfig& config, const MakeModelOptions& o
   // into shards that stay below the limit; a shard never splits a tensor.
   std::vector<TensorSpec> spine;
   const auto globals = GlobalTensorSpecs(c);
-  spine.push_back(globals.front());  // embed_tokens first, like the real checkpoint
+  spine.push_back(globals.front());  // embed_tokens first; norms, tail AttnRes, lm_head last
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     for (auto& s : LayerTensorSpecs(c, layer)) spine.push_back(std::move(s));
   }
@@ -554,8 +590,9 @@ Result<ModelPlan> PlanModel(const ModelConfig& config, const MakeModelOptions& o
   const int total = static_cast<int>(spine_shards.size() + c.num_moe_layers());
   int index = 0;
   for (auto& tensors : spine_shards) {
-    std::sort(tensors.begin(), tensors.end(),
-              [](const SpineTensor& a, const SpineTensor& b) { return FileOrderLess(a.spec, b.spec); });
+    std::sort(tensors.begin(), tensors.end(), [](const SpineTensor& a, const SpineTensor& b) {
+      return FileOrderLess(a.spec, b.spec);
+    });
     ShardPlan shard;
     shard.file_name = ShardFileName(++index, total);
     for (SpineTensor& t : tensors) {
@@ -586,15 +623,42 @@ Status CheckPlanSize(const ModelConfig& c) {
     for (int64_t d : s.shape) n *= static_cast<uint64_t>(d);
     return n > (static_cast<unsigned __int128>(1) << 46);  // 64 TiB
   };
-  for (const auto& s : GlobalTensorSpecs(c)) {
-    if (too_big(s)) return Status::Error("make-model: tensor '" + s.name + "' would be absurdly large");
-  }
-  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    for (const auto& s : LayerTensorSpecs(c, layer)) {
-      if (too_big(s)) return Status::Error("make-model: tensor '" + s.name + "' would be absurdly large");
+  // Bound every width first: the roster multiplies them in int64.
+  constexpr int64_t kMaxDim = int64_t{1} << 24;
+  const std::pair<const char*, int64_t> dims[] = {
+      {"vocab_size", c.vocab_size},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_attention_heads", c.mla_heads},
+      {"q_lora_rank", c.q_lora_rank},
+      {"kv_lora_rank", c.kv_lora_rank},
+      {"qk_nope_head_dim", c.qk_nope_head_dim},
+      {"qk_rope_head_dim", c.qk_rope_head_dim},
+      {"v_head_dim", c.v_head_dim},
+      {"linear_attn_config.num_heads", c.kda_heads},
+      {"linear_attn_config.head_dim", c.kda_head_dim},
+      {"linear_attn_config.short_conv_kernel_size", c.conv_kernel_size},
+      {"num_experts", c.num_experts},
+      {"num_shared_experts", c.num_shared_experts},
+      {"moe_intermediate_size", c.moe_intermediate_size},
+      {"routed_expert_hidden_size", c.routed_expert_hidden_size},
+  };
+  for (const auto& [field, value] : dims) {
+    if (value > kMaxDim) {
+      return Status::Error("make-model: text_config." + std::string(field) + " = " +
+                           std::to_string(value) + " is absurdly large (limit " +
+                           std::to_string(kMaxDim) + ")");
     }
   }
-  if (c.num_experts > 1'000'000) return Status::Error("make-model: num_experts is absurdly large");
+  std::vector<TensorSpec> specs = GlobalTensorSpecs(c);
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    for (auto& s : LayerTensorSpecs(c, layer)) specs.push_back(std::move(s));
+  }
+  for (const auto& s : specs) {
+    if (too_big(s)) {
+      return Status::Error("make-model: tensor '" + s.name + "' would be absurdly large");
+    }
+  }
   return Status::Ok();
 }
 
@@ -682,9 +746,8 @@ class ChunkPipeline {
       size_t i;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        free_cv_.wait(lock, [&] {
-          return stop_ || next_ >= num_chunks_ || next_ < released_ + slots_;
-        });
+        free_cv_.wait(lock,
+                      [&] { return stop_ || next_ >= num_chunks_ || next_ < released_ + slots_; });
         if (stop_ || next_ >= num_chunks_) return;
         i = next_++;
       }
@@ -766,9 +829,12 @@ class StagedFiles {
       std::error_code ec;
       const fs::path final_path = dir_ / name;
       fs::rename(TempPath(name), final_path, ec);
-      if (ec) return Status::Error(final_path.string() + ": cannot rename into place: " + ec.message());
+      if (ec)
+        return Status::Error(final_path.string() + ": cannot rename into place: " + ec.message());
       summary->files.push_back(name);
-      summary->total_bytes += fs::file_size(final_path, ec);
+      const uintmax_t size = fs::file_size(final_path, ec);
+      if (ec) return Status::Error(final_path.string() + ": cannot stat: " + ec.message());
+      summary->total_bytes += size;
     }
     committed_ = true;
     // Make the renames themselves durable.
@@ -790,8 +856,8 @@ class StagedFiles {
 // exactly these and leaves anything else alone.
 bool IsModelFileName(const std::string& name) {
   static const std::set<std::string> kFixed = {
-      "config.json",      "generation_config.json", "model.safetensors.index.json",
-      "tiktoken.model",   "tokenizer_config.json",  "model.safetensors"};
+      "config.json",    "generation_config.json", "model.safetensors.index.json",
+      "tiktoken.model", "tokenizer_config.json",  "model.safetensors"};
   int index = 0, total = 0;
   return kFixed.count(name) > 0 || ParseShardName(name, &index, &total) ||
          name.ends_with(kPartialSuffix);
@@ -841,7 +907,8 @@ std::vector<SafetensorsWriter::Declaration> ShardDeclarations(const ModelPlan& p
                                                               const ShardPlan& shard) {
   std::vector<SafetensorsWriter::Declaration> decls;
   if (shard.expert_layer < 0) {
-    for (const SpineTensor& t : shard.spine) decls.push_back({t.spec.name, t.spec.dtype, t.spec.shape});
+    for (const SpineTensor& t : shard.spine)
+      decls.push_back({t.spec.name, t.spec.dtype, t.spec.shape});
     return decls;
   }
   decls.reserve(shard.expert_order.size() * 6);
@@ -853,7 +920,7 @@ std::vector<SafetensorsWriter::Declaration> ShardDeclarations(const ModelPlan& p
   return decls;
 }
 
-// Generates and writes every shard; returns the weight map (tensor name -> shard file).
+// Generates and writes every shard, recording each tensor's shard in `weight_map`.
 Status WriteShards(const ModelPlan& plan, const MakeModelOptions& opts, StagedFiles* files,
                    nlohmann::json* weight_map) {
   struct Chunk {
@@ -864,7 +931,9 @@ Status WriteShards(const ModelPlan& plan, const MakeModelOptions& opts, StagedFi
   uint64_t total_bytes = 0;
   for (size_t s = 0; s < plan.shards.size(); ++s) {
     const uint64_t n = plan.shards[s].data_bytes;
-    for (uint64_t b = 0; b < n; b += kChunkBytes) chunks.push_back({s, b, std::min(n, b + kChunkBytes)});
+    for (uint64_t b = 0; b < n; b += kChunkBytes) {
+      chunks.push_back({s, b, std::min(n, b + kChunkBytes)});
+    }
     total_bytes += n;
   }
   ChunkPipeline pipeline(chunks.size(), WorkerCount(opts.threads), [&](size_t i, uint8_t* dst) {
@@ -967,17 +1036,13 @@ Status MakeModel(const MakeModelOptions& opts, MakeModelSummary* summary) {
   StagedFiles files(opts.out_dir, opts.fsync);
   nlohmann::json weight_map = nlohmann::json::object();  // std::map inside: sorted by name
   DF_RETURN_IF_ERROR(WriteShards(plan, opts, &files, &weight_map));
-  uint64_t total_size = 0;
-  for (const auto& shard : plan.shards) {
-    for (const auto& d : ShardDeclarations(plan, shard)) total_size += SafetensorsWriter::TensorBytes(d);
-  }
   nlohmann::ordered_json index;
-  index["metadata"] = {{"total_size", total_size}};
+  index["metadata"] = {{"total_size", PlannedBytes(plan)}};  // tensor bytes, as HF counts them
   index["weight_map"] = std::move(weight_map);
 
   DF_RETURN_IF_ERROR(files.WriteText("tiktoken.model", TiktokenModelText(tokens)));
-  DF_RETURN_IF_ERROR(files.WriteText("tokenizer_config.json",
-                                     TokenizerConfigJson(first_special, config.max_position_embeddings)));
+  DF_RETURN_IF_ERROR(files.WriteText(
+      "tokenizer_config.json", TokenizerConfigJson(first_special, config.max_position_embeddings)));
   nlohmann::ordered_json generation = {{"bos_token_id", config.bos_token_id},
                                        {"eos_token_id", config.eos_token_id}};
   DF_RETURN_IF_ERROR(files.WriteText("generation_config.json", generation.dump(2) + "\n"));

@@ -3,10 +3,10 @@
 //
 // The output must load through the same code path as a real K3 download (DESIGN.md §5), so it
 // reproduces every layout fact an engine could depend on: the kimi_k3/kimi_linear config with its
-// quantization_config, K3 tensor names from the shared roster (tensor_roster.h), BF16/F32/U8 dtypes,
-// `model-NNNNN-of-MMMMMM.safetensors` shard names, tensors ordered inside a shard like common
-// writers (dtype width descending, then name), each MoE layer's experts in one shard with each
-// expert's six tensors contiguous, an index sorted by name, and the tokenizer files.
+// quantization_config, K3 tensor names from the shared roster (tensor_roster.h), BF16/F32/U8
+// dtypes, `model-NNNNN-of-MMMMMM.safetensors` shard names, tensors ordered inside a shard like
+// common writers (dtype width descending, then name), each MoE layer's experts in one shard with
+// each expert's six tensors contiguous, an index sorted by name, and the tokenizer files.
 //
 // Weights are a pure function of (seed, tensor name, element index), so output does not depend on
 // the thread count and two runs with one seed are byte-identical. They are scaled so activations
@@ -21,12 +21,12 @@
 // the special-token ids.
 #pragma once
 
+#include "base/status.h"
+
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
-
-#include "base/status.h"
 
 namespace deltafin {
 
@@ -37,8 +37,8 @@ struct MakeModelOptions {
   std::vector<std::string> overrides;  // "key=value", applied in order
   bool force = false;                  // replace the model files of a non-empty out_dir
   // Less commonly needed knobs (tests, tools):
-  int threads = 0;      // generator threads; 0 = one per hardware thread
-  bool fsync = true;    // flush every file to disk before it is renamed into place
+  int threads = 0;    // generator threads; 0 = one per hardware thread
+  bool fsync = true;  // flush every file to disk before it is renamed into place
   uint64_t max_spine_shard_bytes = 2'000'000'000;  // non-expert shards are split below this
   // Called from the writing thread with (bytes written, total bytes), at most about once a second.
   std::function<void(uint64_t, uint64_t)> progress;
