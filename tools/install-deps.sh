@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Deltafin builds and tests with. Every dependency is a Debian
+# package chosen on purpose (DESIGN.md); nothing is downloaded at build time.
+set -euo pipefail
+
+PACKAGES=(
+  g++ cmake ninja-build pkg-config       # toolchain
+  nlohmann-json3-dev                     # config, safetensors headers, index files
+  libcli11-dev                           # command line
+  libgtest-dev libgmock-dev              # tests
+  clang-format                           # formatting check in the test script
+  python3                                # small helpers in e2e tests
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "missing packages: ${missing[*]}" >&2
+  echo "run: sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends "${missing[@]}"
