@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <map>
 #include <regex>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -115,8 +116,14 @@ Result<Checkpoint> Checkpoint::Open(const std::string& dir) {
         }
       }
       if (header.tensors.size() != names.size()) {
-        return Status::Error(path + ": holds " + std::to_string(header.tensors.size()) +
-                             " tensors but the index lists " + std::to_string(names.size()));
+        // Every listed name was found above, so some tensor of this shard is not in the index.
+        const std::set<std::string> listed(names.begin(), names.end());
+        for (const auto& [name, record] : ckpt.records_) {
+          if (record.shard == shard && !listed.count(name)) {
+            return Status::Error(path + ": tensor '" + name +
+                                 "' is in this shard but not in the index's weight_map");
+          }
+        }
       }
     }
     ckpt.shard_paths_.push_back(path);

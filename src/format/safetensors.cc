@@ -147,6 +147,9 @@ Status SafetensorsWriter::Append(const void* data, size_t bytes) {
   if (written_data_bytes_ + bytes > expected_data_bytes_) {
     return Status::Error(path_ + ": more tensor bytes than declared");
   }
+  // An empty piece (e.g. a zero-sized tensor from an empty vector, data == nullptr) writes nothing;
+  // fwrite must not see a null pointer.
+  if (bytes == 0) return Status::Ok();
   if (std::fwrite(data, 1, bytes, file_) != bytes) {
     return Status::Error(path_ + ": write failed: " + std::strerror(errno));
   }

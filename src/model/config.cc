@@ -313,6 +313,20 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::st
   if (c.conv_kernel_size < 2) return fail("linear_attn_config.short_conv_kernel_size", "must be >= 2");
   if (c.eos_token_id >= c.vocab_size) return Status::Error(label + ": field eos_token_id is outside the vocabulary");
 
+  // The lists must name every layer, so a layer count beyond their length leaves some layer in
+  // neither. Report it before allocating per-layer arrays: a corrupt num_hidden_layers (e.g.
+  // 2^40) must be an error, not a bad_alloc.
+  if (static_cast<uint64_t>(c.num_hidden_layers) > kda_layers.size() + mla_layers.size()) {
+    std::set<int64_t> listed(kda_layers.begin(), kda_layers.end());
+    listed.insert(mla_layers.begin(), mla_layers.end());
+    int64_t first_unlisted = 1;
+    for (int64_t l : listed) {
+      if (l == first_unlisted) ++first_unlisted;
+      if (l > first_unlisted) break;
+    }
+    return fail("linear_attn_config", "layer " + std::to_string(first_unlisted) +
+                                          " is in neither kda_layers nor full_attn_layers");
+  }
   c.layer_kinds.assign(static_cast<size_t>(c.num_hidden_layers), AttentionKind::kKda);
   std::vector<int> seen(static_cast<size_t>(c.num_hidden_layers), 0);
   auto mark = [&](const std::vector<int64_t>& list, AttentionKind kind, const char* field) {

@@ -187,7 +187,10 @@ Status BindExperts(const ModelConfig& c, const Checkpoint& ckpt, int64_t layer,
     }
     expert_shard = first.shard;
     const uint8_t* span = b.Get(specs[0].name).data;
-    if (audit) DF_RETURN_IF_ERROR(AuditExpertScales(c, layout, span, layer, e));
+    if (audit) {
+      DF_RETURN_IF_ERROR(AuditExpertScales(c, layout, span, layer, e)
+                             .WithContext(ckpt.shard_paths()[static_cast<size_t>(first.shard)]));
+    }
     moe->expert_spans[static_cast<size_t>(e)] = span;
   }
   return Status::Ok();
