@@ -6,12 +6,12 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define DF_CHECK(cond, ...)                                                        \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
+#define DF_CHECK(cond, ...)                                                         \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
       std::fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                           \
-      std::fputc('\n', stderr);                                                    \
-      std::abort();                                                                \
-    }                                                                              \
+      std::fprintf(stderr, __VA_ARGS__);                                            \
+      std::fputc('\n', stderr);                                                     \
+      std::abort();                                                                 \
+    }                                                                               \
   } while (0)

@@ -37,7 +37,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!status_.ok() && "Result constructed from an OK status without a value");
   }
@@ -62,9 +62,9 @@ class [[nodiscard]] Result {
 #define DF_CONCAT(a, b) DF_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function if `expr` failed.
-#define DF_RETURN_IF_ERROR(expr)            \
-  do {                                      \
-    ::deltafin::Status df_status_ = (expr); \
+#define DF_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::deltafin::Status df_status_ = (expr);  \
     if (!df_status_.ok()) return df_status_; \
   } while (0)
 

@@ -2,11 +2,10 @@
 // options, atomic output files.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "base/status.h"
 #include "deltafin/engine.h"

@@ -6,9 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "base/log.h"
 #include "cli/cli_util.h"
@@ -45,8 +44,8 @@ class DumpObserver : public ForwardObserver {
     std::filesystem::create_directories(dir_, ec);
     if (ec) return Status::Error(dir_ + ": cannot create: " + ec.message());
     for (const auto& [file, values] : data_) {
-      DF_RETURN_IF_ERROR(WriteFileAtomically(dir_ + "/" + file, values.data(),
-                                             values.size() * sizeof(float)));
+      DF_RETURN_IF_ERROR(
+          WriteFileAtomically(dir_ + "/" + file, values.data(), values.size() * sizeof(float)));
     }
     return WriteFileAtomically(dir_ + "/routes.jsonl", routes_.data(), routes_.size());
   }

@@ -3,13 +3,13 @@
 // Tests, demos and benchmarks need a model with K3's exact on-disk layout but a size this machine
 // can hold; this command is the only way the project makes one. Progress and the summary go to
 // stderr so stdout stays free for scripts.
-#include "cli/commands.h"
-#include "modelgen/make_model.h"
-
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
+
+#include "cli/commands.h"
+#include "modelgen/make_model.h"
 
 namespace deltafin::cli {
 

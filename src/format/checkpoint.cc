@@ -2,10 +2,9 @@
 
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
-
-#include <nlohmann/json.hpp>
 
 namespace deltafin {
 

@@ -4,7 +4,6 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 namespace deltafin {

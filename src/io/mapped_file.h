@@ -1,6 +1,7 @@
 // MappedFile: read-only memory map of a whole file (the spine shards, small test models).
-// Owns the mapping; moving transfers it. Routed experts of a real K3 are far larger than RAM and are
-// meant to be read with positional reads instead (experts/), but mapping is correct for any size.
+// Owns the mapping; moving transfers it. Routed experts of a real K3 are far larger than RAM and
+// are meant to be read with positional reads instead (experts/), but mapping is correct for any
+// size.
 #pragma once
 
 #include <cstddef>

@@ -2,9 +2,8 @@
 
 #include <cmath>
 #include <filesystem>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "io/mapped_file.h"
 
@@ -74,7 +73,8 @@ class FieldReader {
   }
   void Expect(const char* key, const std::string& want) {
     std::string got = String(key);
-    if (status_.ok() && got != want) Fail(key, "is \"" + got + "\"; only \"" + want + "\" is supported");
+    if (status_.ok() && got != want)
+      Fail(key, "is \"" + got + "\"; only \"" + want + "\" is supported");
   }
   void ExpectTrue(const char* key, const char* why) {
     bool got = Bool(key);
@@ -120,8 +120,9 @@ Status ParseQuantization(const json& q, const std::string& label) {
   DF_RETURN_IF_ERROR(wr.status());
   // input_activations may be absent or null; anything else asks for activation quantisation.
   if (auto it = g0->find("input_activations"); it != g0->end() && !it->is_null()) {
-    return Status::Error(label + ": field " + gr.Path("group_0") +
-                         "input_activations must be null (activation quantisation is not supported)");
+    return Status::Error(
+        label + ": field " + gr.Path("group_0") +
+        "input_activations must be null (activation quantisation is not supported)");
   }
   return Status::Ok();
 }
@@ -169,7 +170,8 @@ Status CheckFullK3(const ModelConfig& c, const std::string& label) {
     const bool mla = (i + 1) % 4 == 0 || i == 92;
     if ((c.layer_kinds[static_cast<size_t>(i)] == AttentionKind::kMla) != mla) {
       return Status::Error(label + ": field text_config.linear_attn_config: layer " +
-                           std::to_string(i + 1) + " (one-based) has the wrong attention kind for K3");
+                           std::to_string(i + 1) +
+                           " (one-based) has the wrong attention kind for K3");
     }
   }
   if (c.ExpertBytes() != 17547264ull) {
@@ -200,8 +202,8 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::st
   c.bos_token_id = rr.Int("bos_token_id", 0);
   c.eos_token_id = rr.Int("eos_token_id", 0);
   c.pad_token_id = rr.Int("pad_token_id", 0);
-  if (const json* tie = root.contains("tie_word_embeddings") ? rr.Find("tie_word_embeddings")
-                                                             : nullptr;
+  if (const json* tie =
+          root.contains("tie_word_embeddings") ? rr.Find("tie_word_embeddings") : nullptr;
       tie && (!tie->is_boolean() || tie->get<bool>())) {
     rr.Fail("tie_word_embeddings", "must be false (K3 has a separate lm_head)");
   }
@@ -310,8 +312,10 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::st
   if (c.routed_expert_hidden_size % 32 != 0) {
     return fail("routed_expert_hidden_size", "must be a multiple of 32 (MXFP4 groups)");
   }
-  if (c.conv_kernel_size < 2) return fail("linear_attn_config.short_conv_kernel_size", "must be >= 2");
-  if (c.eos_token_id >= c.vocab_size) return Status::Error(label + ": field eos_token_id is outside the vocabulary");
+  if (c.conv_kernel_size < 2)
+    return fail("linear_attn_config.short_conv_kernel_size", "must be >= 2");
+  if (c.eos_token_id >= c.vocab_size)
+    return Status::Error(label + ": field eos_token_id is outside the vocabulary");
 
   // The lists must name every layer, so a layer count beyond their length leaves some layer in
   // neither. Report it before allocating per-layer arrays: a corrupt num_hidden_layers (e.g.

@@ -29,8 +29,8 @@ struct ModelConfig {
   int64_t num_hidden_layers = 0;
   int64_t max_position_embeddings = 0;
   float rms_norm_eps = 1e-5f;
-  float situ_beta = 4.0f;         // activation_situ_beta
-  float situ_linear_beta = 25.0f; // activation_situ_linear_beta
+  float situ_beta = 4.0f;          // activation_situ_beta
+  float situ_linear_beta = 25.0f;  // activation_situ_linear_beta
   int64_t attn_res_block_size = 0;
 
   // MLA (NoPE, output gate).
@@ -62,7 +62,7 @@ struct ModelConfig {
   float routed_scaling_factor = 1.0f;
 
   // Derived.
-  int64_t kda_width() const { return kda_heads * kda_head_dim; }        // P
+  int64_t kda_width() const { return kda_heads * kda_head_dim; }  // P
   int64_t mla_q_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   int64_t shared_width() const { return num_shared_experts * moe_intermediate_size; }
   bool IsMoeLayer(int64_t layer) const { return layer >= first_k_dense_replace; }

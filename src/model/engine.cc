@@ -1,8 +1,9 @@
 // Engine and Session: the public API of include/deltafin/engine.h over ModelWeights and
 // ForwardPass.
+#include "deltafin/engine.h"
+
 #include <algorithm>
 
-#include "deltafin/engine.h"
 #include "model/forward.h"
 #include "model/weights.h"
 
@@ -95,8 +96,8 @@ Status Session::Prefill(std::span<const int32_t> tokens, std::span<float> all_lo
       DF_RETURN_IF_ERROR(f.Run(tokens.data() + begin, static_cast<int64_t>(n), true,
                                all_logits.data() + begin * vocab));
     } else {
-      DF_RETURN_IF_ERROR(f.Run(tokens.data() + begin, static_cast<int64_t>(n), false,
-                               impl_->logits.data()));
+      DF_RETURN_IF_ERROR(
+          f.Run(tokens.data() + begin, static_cast<int64_t>(n), false, impl_->logits.data()));
     }
     begin += n;
   }

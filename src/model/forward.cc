@@ -85,8 +85,8 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
   }
   for (int64_t t = 0; t < n; ++t) {
     if (tokens[t] < 0 || tokens[t] >= c_.vocab_size) {
-      return Status::Error("token id " + std::to_string(tokens[t]) + " is outside the vocabulary [0, " +
-                           std::to_string(c_.vocab_size) + ")");
+      return Status::Error("token id " + std::to_string(tokens[t]) +
+                           " is outside the vocabulary [0, " + std::to_string(c_.vocab_size) + ")");
     }
   }
   // Embedding rows, widened exactly.
@@ -154,7 +154,8 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
       GatedFfnForward(c_, lw.dense, normed_.data(), n, &ffn_scratch_, sublayer_.data());
     }
     Emit(n, i, "ffn_out", sublayer_.data(), h);
-    for (int64_t j = 0; j < n * h; ++j) partial_[static_cast<size_t>(j)] += sublayer_[static_cast<size_t>(j)];
+    for (int64_t j = 0; j < n * h; ++j)
+      partial_[static_cast<size_t>(j)] += sublayer_[static_cast<size_t>(j)];
     Emit(n, i, "layer_out", partial_.data(), h);
   }
 

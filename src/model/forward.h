@@ -47,8 +47,8 @@ class ForwardPass {
   int64_t max_anchors_;
   ForwardObserver* observer_ = nullptr;
 
-  std::vector<KdaState> kda_;   // [layers] (only KDA layers initialised)
-  std::vector<MlaCache> mla_;   // [layers] (only MLA layers initialised)
+  std::vector<KdaState> kda_;  // [layers] (only KDA layers initialised)
+  std::vector<MlaCache> mla_;  // [layers] (only MLA layers initialised)
   KdaScratch kda_scratch_;
   MlaScratch mla_scratch_;
   FfnScratch ffn_scratch_;

@@ -26,9 +26,9 @@ struct KdaState {
 // Working memory for up to `max_positions` positions, reserved once per session.
 struct KdaScratch {
   AlignedBuffer<float> q, k, v, gate, decay, out;  // [n, P]
-  AlignedBuffer<float> f_low;                        // [n, head_dim]
-  AlignedBuffer<float> beta;                         // [n, heads]
-  AlignedBuffer<float> window;                       // [P] conv accumulation
+  AlignedBuffer<float> f_low;                      // [n, head_dim]
+  AlignedBuffer<float> beta;                       // [n, heads]
+  AlignedBuffer<float> window;                     // [P] conv accumulation
   void Reserve(const ModelConfig& c, int64_t max_positions);
 };
 

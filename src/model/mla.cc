@@ -71,12 +71,13 @@ Status MlaForward(const ModelConfig& c, const MlaWeights& w, const float* x, int
     float* o = s->out.data() + t * heads * vdim;
     for (int64_t h = 0; h < heads; ++h) {
       const float* qh = s->q.data() + t * heads * qdim + h * qdim;
-      const uint16_t* w_uk = w.kv_b_proj.data + (h * row_stride) * lora;          // [nope, lora]
-      const uint16_t* w_uv = w.kv_b_proj.data + (h * row_stride + nope) * lora;   // [v, lora]
+      const uint16_t* w_uk = w.kv_b_proj.data + (h * row_stride) * lora;         // [nope, lora]
+      const uint16_t* w_uv = w.kv_b_proj.data + (h * row_stride + nope) * lora;  // [v, lora]
       kernels::MatTVecBf16(w_uk, nope, lora, qh, s->q_lat.data());
       float* scores = s->scores.data();
       for (int64_t p = 0; p < visible; ++p) {
-        const float content = kernels::DotF32(s->q_lat.data(), cache->latent.data() + p * lora, lora);
+        const float content =
+            kernels::DotF32(s->q_lat.data(), cache->latent.data() + p * lora, lora);
         const float positional = kernels::DotF32(qh + nope, cache->rope.data() + p * rope, rope);
         scores[p] = (content + positional) * scale;
       }

@@ -44,12 +44,12 @@ void MoeForward(const ModelConfig& c, const MoeWeights& w, const ExpertLayout& l
   const int64_t hidden = c.hidden_size, latent = c.routed_expert_hidden_size,
                 inter = c.moe_intermediate_size, k = c.num_experts_per_token,
                 n_experts = c.num_experts;
-  const RouterConfig rc{n_experts,       k, c.num_expert_group, c.topk_group, c.moe_renormalize,
-                        c.routed_scaling_factor};
+  const RouterConfig rc{
+      n_experts, k, c.num_expert_group, c.topk_group, c.moe_renormalize, c.routed_scaling_factor};
   kernels::MatMulBf16(w.router.data, n_experts, hidden, x, n, s->router_logits.data());
   for (int64_t t = 0; t < n; ++t) {
-    Route(rc, s->router_logits.data() + t * n_experts, w.correction_bias,
-          s->router_scratch.data(), s->ids.data() + t * k, s->weights.data() + t * k);
+    Route(rc, s->router_logits.data() + t * n_experts, w.correction_bias, s->router_scratch.data(),
+          s->ids.data() + t * k, s->weights.data() + t * k);
   }
   kernels::MatMulBf16(w.latent_down.data, latent, hidden, x, n, s->z.data());
 

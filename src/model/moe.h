@@ -21,19 +21,19 @@ struct FfnScratch {
   // Gated MLP
   AlignedBuffer<float> gate, up;  // [n, max(dense width, shared width)]
   // Router
-  AlignedBuffer<float> router_logits;  // [n, experts]
-  AlignedBuffer<float> router_scratch; // [2*experts + groups]
-  AlignedBuffer<int32_t> ids;          // [n, top_k] selection order
-  AlignedBuffer<float> weights;        // [n, top_k]
+  AlignedBuffer<float> router_logits;   // [n, experts]
+  AlignedBuffer<float> router_scratch;  // [2*experts + groups]
+  AlignedBuffer<int32_t> ids;           // [n, top_k] selection order
+  AlignedBuffer<float> weights;         // [n, top_k]
   // Latent experts
-  AlignedBuffer<float> z;              // [n, latent]
-  AlignedBuffer<float> z_gathered;     // [n, latent] rows of the positions routed to one expert
-  AlignedBuffer<int32_t> members;      // [n] (t*top_k + slot) of those positions
-  AlignedBuffer<float> u1, u3;         // [n, inter]
-  AlignedBuffer<float> y_expert;       // [n, latent]
-  AlignedBuffer<float> y_slots;        // [n, top_k, latent]
-  AlignedBuffer<float> r;              // [n, latent]
-  AlignedBuffer<float> routed;         // [n, H]
+  AlignedBuffer<float> z;           // [n, latent]
+  AlignedBuffer<float> z_gathered;  // [n, latent] rows of the positions routed to one expert
+  AlignedBuffer<int32_t> members;   // [n] (t*top_k + slot) of those positions
+  AlignedBuffer<float> u1, u3;      // [n, inter]
+  AlignedBuffer<float> y_expert;    // [n, latent]
+  AlignedBuffer<float> y_slots;     // [n, top_k, latent]
+  AlignedBuffer<float> r;           // [n, latent]
+  AlignedBuffer<float> routed;      // [n, H]
   void Reserve(const ModelConfig& c, int64_t max_positions);
 };
 

@@ -7,7 +7,8 @@ std::string LayerTensorName(int64_t layer, const std::string& suffix) {
 }
 
 std::string ExpertTensorName(int64_t layer, int64_t expert, const std::string& suffix) {
-  return LayerTensorName(layer, "block_sparse_moe.experts." + std::to_string(expert) + "." + suffix);
+  return LayerTensorName(layer,
+                         "block_sparse_moe.experts." + std::to_string(expert) + "." + suffix);
 }
 
 std::vector<TensorSpec> ExpertTensorSpecs(const ModelConfig& c, int64_t layer, int64_t expert) {

@@ -63,15 +63,15 @@ class Binder {
       if (rec == nullptr) {
         return Status::Error(ckpt_.dir() + ": tensor " + spec.name + " is missing");
       }
-      const std::string where = ckpt_.shard_paths()[static_cast<size_t>(rec->shard)] +
-                                ": tensor " + spec.name;
+      const std::string where =
+          ckpt_.shard_paths()[static_cast<size_t>(rec->shard)] + ": tensor " + spec.name;
       if (rec->entry.dtype != spec.dtype) {
         return Status::Error(where + " has dtype " + std::string(DTypeName(rec->entry.dtype)) +
                              ", expected " + std::string(DTypeName(spec.dtype)));
       }
       if (rec->entry.shape != spec.shape) {
-        return Status::Error(where + " has shape " + ShapeString(rec->entry.shape) +
-                             ", expected " + ShapeString(spec.shape));
+        return Status::Error(where + " has shape " + ShapeString(rec->entry.shape) + ", expected " +
+                             ShapeString(spec.shape));
       }
       views_[spec.name] = ckpt_.View(*rec);
     }
@@ -135,8 +135,8 @@ Status BindKda(const ModelConfig& c, int64_t layer, const Binder& b, KdaWeights*
       }
       k->a_exp[static_cast<size_t>(h)] = std::exp(a[h]);
     } else if (a[h] != 0.0f) {
-      return Status::Error("tensor " + LayerTensorName(layer, "self_attn.A_log") + ": padding entry " +
-                           std::to_string(h) + " is " + std::to_string(a[h]) +
+      return Status::Error("tensor " + LayerTensorName(layer, "self_attn.A_log") +
+                           ": padding entry " + std::to_string(h) + " is " + std::to_string(a[h]) +
                            ", expected 0 (A_log is per head; only the first " +
                            std::to_string(c.kda_heads) + " entries are used)");
     }
@@ -206,7 +206,8 @@ Status BindLayer(const ModelConfig& c, const Checkpoint& ckpt, int64_t layer,
   lw->kind = c.layer_kinds[static_cast<size_t>(layer)];
   lw->input_norm = WidenBf16(t("input_layernorm.weight"));
   lw->post_attn_norm = WidenBf16(t("post_attention_layernorm.weight"));
-  lw->attn_res_query = ResQuery(t("self_attention_res_norm.weight"), t("self_attention_res_proj.weight"));
+  lw->attn_res_query =
+      ResQuery(t("self_attention_res_norm.weight"), t("self_attention_res_proj.weight"));
   lw->mlp_res_query = ResQuery(t("mlp_res_norm.weight"), t("mlp_res_proj.weight"));
   if (lw->kind == AttentionKind::kKda) {
     DF_RETURN_IF_ERROR(BindKda(c, layer, b, &lw->kda));
@@ -223,7 +224,8 @@ Status BindLayer(const ModelConfig& c, const Checkpoint& ckpt, int64_t layer,
   m.router = Matrix(t("block_sparse_moe.gate.weight"));
   m.correction_bias = F32(t("block_sparse_moe.gate.e_score_correction_bias"));
   m.latent_down = Matrix(t("block_sparse_moe.routed_expert_down_proj.weight"));
-  if (c.latent_moe_use_norm) m.latent_norm = WidenBf16(t("block_sparse_moe.routed_expert_norm.weight"));
+  if (c.latent_moe_use_norm)
+    m.latent_norm = WidenBf16(t("block_sparse_moe.routed_expert_norm.weight"));
   m.latent_up = Matrix(t("block_sparse_moe.routed_expert_up_proj.weight"));
   m.shared = {Matrix(t("block_sparse_moe.shared_experts.gate_proj.weight")),
               Matrix(t("block_sparse_moe.shared_experts.up_proj.weight")),

@@ -37,52 +37,52 @@ struct ExpertLayout {
 };
 
 struct KdaWeights {
-  Bf16Matrix q_proj, k_proj, v_proj;                // [P, H]
-  const float* q_conv = nullptr;                    // [P, 1, K] (tap K-1 = current position)
+  Bf16Matrix q_proj, k_proj, v_proj;  // [P, H]
+  const float* q_conv = nullptr;      // [P, 1, K] (tap K-1 = current position)
   const float* k_conv = nullptr;
   const float* v_conv = nullptr;
-  Bf16Matrix f_a_proj;                              // [head_dim, H]
-  Bf16Matrix f_b_proj;                              // [P, head_dim]
-  const float* dt_bias = nullptr;                   // [P]
-  AlignedBuffer<float> a_exp;                       // [kda_heads] exp(A_log[h]), per head
-  Bf16Matrix b_proj;                                // [kda_heads, H]
-  Bf16Matrix g_proj;                                // [P, H] full-rank output gate
-  const float* o_norm = nullptr;                    // [head_dim], shared by all heads
-  Bf16Matrix o_proj;                                // [H, P]
+  Bf16Matrix f_a_proj;             // [head_dim, H]
+  Bf16Matrix f_b_proj;             // [P, head_dim]
+  const float* dt_bias = nullptr;  // [P]
+  AlignedBuffer<float> a_exp;      // [kda_heads] exp(A_log[h]), per head
+  Bf16Matrix b_proj;               // [kda_heads, H]
+  Bf16Matrix g_proj;               // [P, H] full-rank output gate
+  const float* o_norm = nullptr;   // [head_dim], shared by all heads
+  Bf16Matrix o_proj;               // [H, P]
 };
 
 struct MlaWeights {
-  Bf16Matrix q_a_proj;          // [q_lora, H]
+  Bf16Matrix q_a_proj;            // [q_lora, H]
   AlignedBuffer<float> q_a_norm;  // [q_lora]
-  Bf16Matrix q_b_proj;          // [heads*(nope+rope), q_lora], head-major: nope rows then rope rows
-  Bf16Matrix kv_a_proj;         // [kv_lora+rope, H]: latent rows then rope rows
+  Bf16Matrix q_b_proj;   // [heads*(nope+rope), q_lora], head-major: nope rows then rope rows
+  Bf16Matrix kv_a_proj;  // [kv_lora+rope, H]: latent rows then rope rows
   AlignedBuffer<float> kv_a_norm;  // [kv_lora]
-  Bf16Matrix kv_b_proj;         // [heads*(nope+v), kv_lora], head-major: key-nope rows then value rows
-  Bf16Matrix g_proj;            // [heads*v, H]
-  Bf16Matrix o_proj;            // [H, heads*v]
+  Bf16Matrix kv_b_proj;  // [heads*(nope+v), kv_lora], head-major: key-nope rows then value rows
+  Bf16Matrix g_proj;     // [heads*v, H]
+  Bf16Matrix o_proj;     // [H, heads*v]
 };
 
-struct GatedFfnWeights {  // dense layer-0 FFN and the fused shared experts
+struct GatedFfnWeights {          // dense layer-0 FFN and the fused shared experts
   Bf16Matrix gate_proj, up_proj;  // [width, H]
   Bf16Matrix down_proj;           // [H, width]
 };
 
 struct MoeWeights {
-  Bf16Matrix router;                      // [n_experts, H]
-  const float* correction_bias = nullptr; // [n_experts]
-  Bf16Matrix latent_down;                 // [latent, H]   "routed_expert_down_proj"
-  AlignedBuffer<float> latent_norm;       // [latent] (empty when latent_moe_use_norm is false)
-  Bf16Matrix latent_up;                   // [H, latent]   "routed_expert_up_proj"
+  Bf16Matrix router;                       // [n_experts, H]
+  const float* correction_bias = nullptr;  // [n_experts]
+  Bf16Matrix latent_down;                  // [latent, H]   "routed_expert_down_proj"
+  AlignedBuffer<float> latent_norm;        // [latent] (empty when latent_moe_use_norm is false)
+  Bf16Matrix latent_up;                    // [H, latent]   "routed_expert_up_proj"
   GatedFfnWeights shared;
   std::vector<const uint8_t*> expert_spans;  // [n_experts] start of each expert's contiguous span
 };
 
 struct LayerWeights {
   AttentionKind kind = AttentionKind::kKda;
-  AlignedBuffer<float> input_norm;       // [H]
-  AlignedBuffer<float> post_attn_norm;   // [H]
-  AlignedBuffer<float> attn_res_query;   // [H] self_attention_res_norm ⊙ self_attention_res_proj
-  AlignedBuffer<float> mlp_res_query;    // [H] mlp_res_norm ⊙ mlp_res_proj
+  AlignedBuffer<float> input_norm;      // [H]
+  AlignedBuffer<float> post_attn_norm;  // [H]
+  AlignedBuffer<float> attn_res_query;  // [H] self_attention_res_norm ⊙ self_attention_res_proj
+  AlignedBuffer<float> mlp_res_query;   // [H] mlp_res_norm ⊙ mlp_res_proj
   KdaWeights kda;
   MlaWeights mla;
   bool is_moe = false;

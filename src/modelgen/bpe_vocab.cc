@@ -3,10 +3,9 @@
 // tokenizer files in the exact format of K3's (see bpe_vocab.h).
 #include "modelgen/bpe_vocab.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <unordered_set>
 #include <utility>

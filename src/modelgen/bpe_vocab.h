@@ -15,11 +15,11 @@
 // The 256 reserved special ids follow the ranks at K3's offsets ([BOS] = first special id, ...).
 #pragma once
 
-#include "base/status.h"
-
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "base/status.h"
 
 namespace deltafin {
 

@@ -6,16 +6,8 @@
 // them in file order: output is independent of the thread count and runs at disk speed.
 #include "modelgen/make_model.h"
 
-#include "base/aligned_buffer.h"
-#include "format/checkpoint.h"
-#include "format/safetensors.h"
-#include "model/config.h"
-#include "model/tensor_roster.h"
-#include "modelgen/bpe_vocab.h"
-#include "quant/bf16.h"
-#include "quant/mxfp4.h"
-
-#include <nlohmann/json.hpp>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -26,14 +18,22 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <fcntl.h>
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
 #include <thread>
-#include <unistd.h>
+
+#include "base/aligned_buffer.h"
+#include "format/checkpoint.h"
+#include "format/safetensors.h"
+#include "model/config.h"
+#include "model/tensor_roster.h"
+#include "modelgen/bpe_vocab.h"
+#include "quant/bf16.h"
+#include "quant/mxfp4.h"
 
 namespace deltafin {
 

@@ -21,12 +21,12 @@
 // the special-token ids.
 #pragma once
 
-#include "base/status.h"
-
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "base/status.h"
 
 namespace deltafin {
 

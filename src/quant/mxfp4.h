@@ -3,7 +3,8 @@
 //
 // Layout of one logical matrix W[R, C] (C = inputs, a multiple of 32):
 //   weight_packed  U8 [R, C/2]   byte j of row r: low nibble = element 2j, high nibble = 2j+1
-//   weight_scale   U8 [R, C/32]  byte g of row r scales elements 32g..32g+31 (packed bytes 16g..16g+15)
+//   weight_scale   U8 [R, C/32]  byte g of row r scales elements 32g..32g+31 (packed bytes
+//   16g..16g+15)
 // Element nibble b3..b0: b3 sign, b2b1 exponent (bias 1), b0 mantissa -> E2M1 values
 //   {0, .5, 1, 1.5, 2, 3, 4, 6} and their negatives. Scale byte s is E8M0: 2^(s-127).
 // Dequantisation W = E2M1 * 2^(s-127) is exact in fp32.

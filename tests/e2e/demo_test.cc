@@ -2,6 +2,10 @@
 // K3-shaped checkpoint; run generates from it; logits writes every position. Also checks that
 // make-model's initialisation keeps activations well-scaled through a K3-deep (93-layer) stack:
 // logits neither constant nor exploding.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -9,11 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "deltafin/engine.h"
 
@@ -81,7 +81,8 @@ TEST_F(DemoTest, MakeModelThenRunGeneratesTokens) {
 
   // logits: the file holds [3, vocab] floats and matches a second, identical run.
   const std::string out = (dir_ / "logits.f32").string();
-  auto logits = RunCommand(Bin() + " logits --model " + model + " --tokens 72,101,108 --out " + out);
+  auto logits =
+      RunCommand(Bin() + " logits --model " + model + " --tokens 72,101,108 --out " + out);
   ASSERT_EQ(logits.exit_code, 0) << logits.output;
   EXPECT_EQ(fs::file_size(out), 3u * 1024u * sizeof(float));
 }

@@ -1,14 +1,14 @@
 // Loading helpers for the golden data in tests/data/golden (provenance: tests/data/README.md).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 namespace deltafin::testing {
 

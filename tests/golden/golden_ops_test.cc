@@ -99,9 +99,12 @@ TEST(GoldenOps, RouterSelectionAndWeights) {
   ASSERT_EQ(cases.size(), 6u);
   for (const auto& cs : cases) {
     SCOPED_TRACE(cs["name"].get<std::string>());
-    RouterConfig rc{cs["num_experts"],          cs["top_k"],
-                    cs["num_expert_group"],     cs["topk_group"],
-                    cs["renormalize"].get<bool>(), cs["routed_scaling_factor"].get<float>()};
+    RouterConfig rc{cs["num_experts"],
+                    cs["top_k"],
+                    cs["num_expert_group"],
+                    cs["topk_group"],
+                    cs["renormalize"].get<bool>(),
+                    cs["routed_scaling_factor"].get<float>()};
     const auto logits = Vec<float>(cs["logits"]);
     const auto bias = Vec<float>(cs["e_score_correction_bias"]);
     std::vector<float> scratch(static_cast<size_t>(2 * rc.num_experts + rc.num_groups));
@@ -202,9 +205,8 @@ void CheckMla(const ModelWeights& w, int64_t chunk) {
     for (float f : Vec<float>(step["x"])) x.push_back(f);
   }
   for (int64_t t = 0; t < steps; t += chunk) {
-    ASSERT_TRUE(MlaForward(c, lw.mla, x.data() + t * h, chunk, &cache, &scratch,
-                           out.data() + t * h)
-                    .ok());
+    ASSERT_TRUE(
+        MlaForward(c, lw.mla, x.data() + t * h, chunk, &cache, &scratch, out.data() + t * h).ok());
   }
   for (int64_t t = 0; t < steps; ++t) {
     std::vector<float> got(out.begin() + t * h, out.begin() + (t + 1) * h);

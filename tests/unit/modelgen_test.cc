@@ -2,6 +2,22 @@
 // (config parser, checkpoint directory, tensor roster) and reproduce K3's layout facts exactly —
 // dtypes, shapes, shard naming, expert contiguity, tokenizer files — and generation must be
 // deterministic. Everything runs on the tiny preset in a temporary directory (a few seconds).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
 #include "format/checkpoint.h"
 #include "io/mapped_file.h"
 #include "model/config.h"
@@ -10,23 +26,7 @@
 #include "modelgen/make_model.h"
 #include "quant/bf16.h"
 #include "quant/mxfp4.h"
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "unit/test_files.h"
-#include <algorithm>
-#include <cmath>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <map>
-#include <set>
-#include <sstream>
-#include <string>
-#include <sys/wait.h>
-#include <unistd.h>
-#include <vector>
 
 namespace deltafin {
 namespace {
