@@ -1,21 +1,49 @@
 #include "format/checkpoint.h"
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 
 namespace deltafin {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// Parses min_digits..max_digits decimal digits at s[*pos]; advances *pos past them.
+bool ParseDigits(const std::string& s, size_t* pos, size_t min_digits, size_t max_digits,
+                 int* value) {
+  size_t n = 0;
+  int v = 0;
+  while (*pos + n < s.size() && n < max_digits && s[*pos + n] >= '0' && s[*pos + n] <= '9') {
+    v = v * 10 + (s[*pos + n] - '0');
+    ++n;
+  }
+  if (n < min_digits) return false;
+  *pos += n;
+  *value = v;
+  return true;
+}
+
+bool ConsumeLiteral(const std::string& s, size_t* pos, const char* literal) {
+  const size_t len = std::strlen(literal);
+  if (s.compare(*pos, len, literal) != 0) return false;
+  *pos += len;
+  return true;
+}
+
+}  // namespace
+
 bool ParseShardName(const std::string& file_name, int* index, int* total) {
-  static const std::regex kPattern(R"(model-(\d{5})-of-(\d{5,6})\.safetensors)");
-  std::smatch m;
-  if (!std::regex_match(file_name, m, kPattern)) return false;
-  *index = std::stoi(m[1].str());
-  *total = std::stoi(m[2].str());
+  // model-NNNNN-of-MMMMM.safetensors (HF) or model-NNNNN-of-MMMMMM.safetensors (K3).
+  size_t pos = 0;
+  if (!ConsumeLiteral(file_name, &pos, "model-") || !ParseDigits(file_name, &pos, 5, 5, index) ||
+      !ConsumeLiteral(file_name, &pos, "-of-") || !ParseDigits(file_name, &pos, 5, 6, total) ||
+      !ConsumeLiteral(file_name, &pos, ".safetensors") || pos != file_name.size()) {
+    return false;
+  }
   return *index >= 1 && *index <= *total;
 }
 
