@@ -8,6 +8,9 @@ PACKAGES=(
   nlohmann-json3-dev                     # config, safetensors headers, index files
   libcli11-dev                           # command line
   libgtest-dev libgmock-dev              # tests
+  libhwy-dev                             # SIMD kernels (Highway 1.0.3)
+  g++-aarch64-linux-gnu qemu-user        # ARM64 cross build of the kernel tests, run under qemu
+  libhwy-dev:arm64 libgtest-dev:arm64    # ... its target libraries (Debian multiarch)
   clang-format                           # formatting check in the test script
   python3                                # small helpers in e2e tests
 )
@@ -25,5 +28,8 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
+if [[ " ${missing[*]} " == *":arm64 "* ]] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  dpkg --add-architecture arm64
+fi
 apt-get update
 apt-get install -y --no-install-recommends "${missing[@]}"

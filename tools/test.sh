@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README): installs missing Debian packages, checks formatting, builds
-# the release preset and runs every test tier, then builds the ASan+UBSan preset and runs the unit
-# and golden tiers under the sanitizers.
+# the release preset and runs every test tier, cross-builds the kernel tests for ARM64 and runs them
+# under qemu-aarch64, then builds the ASan+UBSan preset and runs the unit and golden tiers under the
+# sanitizers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
@@ -14,6 +15,12 @@ echo "== release build + all tests"
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$jobs"
 ctest --preset release -j "$jobs"
+
+echo "== ARM64 cross build of the kernel tests, run under qemu-aarch64 (NEON)"
+cmake -S tests/kernels -B build/aarch64 -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DDF_WERROR=ON --toolchain "$PWD/cmake/aarch64-linux-gnu.cmake" >/dev/null
+cmake --build build/aarch64 -j "$jobs"
+ctest --test-dir build/aarch64 --output-on-failure
 
 if [[ "${DF_SKIP_ASAN:-0}" != 1 ]]; then
   echo "== ASan+UBSan build + unit and golden tests"

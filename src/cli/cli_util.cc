@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "base/thread_pool.h"
 
 namespace deltafin::cli {
 
@@ -18,9 +19,12 @@ void ModelFlags::Add(CLI::App* cmd) {
                   "Check every MXFP4 scale byte at load: auto (models with <= 4 GiB of experts), "
                   "on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  cmd->add_option("--threads", threads, "Compute threads (0 = every available CPU)")
+      ->check(CLI::Range(0, 4096));
 }
 
 Result<std::unique_ptr<Engine>> ModelFlags::LoadEngine() const {
+  if (threads > 0) SetDefaultThreadCount(threads);
   EngineOptions options;
   options.model_dir = model_dir;
   options.context_capacity = context;

@@ -18,6 +18,7 @@ struct ModelFlags {
   int64_t context = 0;
   int64_t prefill_chunk = 32;
   std::string audit = "auto";
+  int threads = 0;  // compute threads; 0 = every available CPU
   void Add(CLI::App* cmd);
   Result<std::unique_ptr<Engine>> LoadEngine() const;
 };

@@ -11,5 +11,6 @@ namespace deltafin::cli {
 void RegisterMakeModel(CLI::App& app, int* exit_code);
 void RegisterRun(CLI::App& app, int* exit_code);
 void RegisterLogits(CLI::App& app, int* exit_code);
+void RegisterBench(CLI::App& app, int* exit_code);
 
 }  // namespace deltafin::cli

@@ -1,8 +1,10 @@
 // Matrix-vector and small-batch matrix products over the weight formats of a K3 checkpoint.
 //
-// This header is SIMD-free: the model calls these entry points once per whole matrix, and the
-// implementation behind them may dispatch to a SIMD target (the SIMD work replaces the bodies of
-// matvec.cc without touching callers). Today they call the scalar references in ref/.
+// This header is SIMD-free: the model calls these entry points once per whole matrix; each call
+// dispatches once (Highway, kernels/simd_targets.h) to the best target the CPU supports and splits
+// the rows over the default thread pool (base/thread_pool.h). Every target keeps the summation
+// order below, so results are bit-identical to the scalar references in ref/ on every CPU and
+// for every thread count.
 //
 // Conventions: W is row-major [rows, cols] (PyTorch nn.Linear), y[r] = Σ_c W[r,c]·x[c] with fp32
 // accumulation. Batched forms take X as [n, cols] and write Y as [n, rows], and produce for every
@@ -10,8 +12,8 @@
 //
 // Summation order (fixed, so results are deterministic): 32 partial sums, element c goes to
 // partial c % 32 in increasing c; partials are then combined pairwise as a balanced tree
-// (p[i] += p[i+16], then p[i] += p[i+8], ... , p[0] += p[1]). For MXFP4 the product of an E2M1 value
-// and its power-of-two scale is exact, so only this order decides the rounding.
+// (p[i] += p[i+16], then p[i] += p[i+8], ... , p[0] += p[1]). For MXFP4 the product of an E2M1
+// value and its power-of-two scale is exact, so only this order decides the rounding.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +33,13 @@ void MatVecMxfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows, int
                  const float* x, float* y);
 void MatMulMxfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
                  const float* x, int64_t n, float* y);
+
+// Row-int8 weights (spec §3.6): q int8 [rows, cols] and one fp32 scale per row (the stored f16
+// scale, widened); y[r] = scales[r] · Σ_c q[r,c]·x[c], the sum in the order above.
+void MatVecI8(const int8_t* q, const float* scales, int64_t rows, int64_t cols, const float* x,
+              float* y);
+void MatMulI8(const int8_t* q, const float* scales, int64_t rows, int64_t cols, const float* x,
+              int64_t n, float* y);
 
 // Dot product of two fp32 vectors in the same fixed order as the matrix kernels.
 float DotF32(const float* a, const float* b, int64_t n);

@@ -73,4 +73,12 @@ void MatVecMxfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows, int
   }
 }
 
+void MatVecI8(const int8_t* q, const float* scales, int64_t rows, int64_t cols, const float* x,
+              float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int8_t* row = q + r * cols;
+    y[r] = scales[r] * DotLanes([row](int64_t i) { return static_cast<float>(row[i]); }, x, cols);
+  }
+}
+
 }  // namespace deltafin::kernels::ref

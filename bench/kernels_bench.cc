@@ -1,0 +1,274 @@
+#include "bench/kernels_bench.h"
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "base/thread_pool.h"
+#include "kernels/matvec.h"
+
+namespace deltafin::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Weight sets rotate over at least this many bytes, far above any last-level cache we target
+// (32 MiB on the reference machine), so every call reads its weights from DRAM.
+constexpr size_t kColdBytes = size_t{512} << 20;
+// The bandwidth probe's buffer.
+constexpr size_t kProbeBytes = size_t{1} << 30;
+
+void FillBytes(uint8_t* p, size_t n, uint64_t seed) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    std::memcpy(p + i, &s, 8);
+  }
+  for (; i < n; ++i) p[i] = static_cast<uint8_t>(i);
+}
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Sum of 64-bit words over [b, e), 4 independent chains: a plain read stream.
+uint64_t ReadWords(const uint64_t* p, int64_t b, int64_t e) {
+  uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  int64_t i = b;
+  for (; i + 4 <= e; i += 4) {
+    a0 += p[i];
+    a1 += p[i + 1];
+    a2 += p[i + 2];
+    a3 += p[i + 3];
+  }
+  for (; i < e; ++i) a0 += p[i];
+  return a0 + a1 + a2 + a3;
+}
+
+struct Record {
+  std::string kernel, shape;
+  int64_t positions = 1;
+  int threads = 1;
+  double bytes = 0, seconds = 0, gbps = 0, ratio = 0;
+};
+
+class Bench {
+ public:
+  explicit Bench(const KernelsBenchOptions& o) : o_(o) {}
+
+  // Runs `call(i)` (i = which weight copy) until min_seconds have passed; seconds per call.
+  double Time(int copies, const std::function<void(int)>& call) const {
+    call(0);  // warm up code paths, page in outputs
+    int64_t calls = 0;
+    int copy = 1 % copies;
+    const auto t0 = Clock::now();
+    double elapsed = 0;
+    do {
+      call(copy);
+      copy = (copy + 1) % copies;
+      ++calls;
+      elapsed = Seconds(t0, Clock::now());
+    } while (elapsed < o_.min_seconds || calls < 3);
+    return elapsed / static_cast<double>(calls);
+  }
+
+  double ProbeBandwidth(int threads) {
+    SetDefaultThreadCount(threads);
+    if (probe_.size() == 0) {
+      probe_.Resize(kProbeBytes / 8);
+      FillBytes(reinterpret_cast<uint8_t*>(probe_.data()), kProbeBytes, 99);
+    }
+    const auto n = static_cast<int64_t>(probe_.size());
+    const double s = Time(1, [&](int) {
+      DefaultPool().ParallelRanges(
+          n, 1 << 16, [&](int64_t b, int64_t e) { sink_ += ReadWords(probe_.data(), b, e); });
+    });
+    return static_cast<double>(kProbeBytes) / s / 1e9;
+  }
+
+  void Add(const std::string& kernel, int64_t rows, int64_t cols, int64_t positions, int threads,
+           double bytes, double seconds) {
+    Record r;
+    r.kernel = kernel;
+    r.shape = std::to_string(rows) + "x" + std::to_string(cols);
+    r.positions = positions;
+    r.threads = threads;
+    r.bytes = bytes;
+    r.seconds = seconds;
+    r.gbps = bytes / seconds / 1e9;
+    const double bw = threads == 1 ? bw1_ : bw_all_;
+    r.ratio = bw > 0 ? r.gbps / bw : 0;
+    std::printf("%-14s %-13s %4lld %4d %10.1f %10.3f %8.2f %6.2f %12.0f\n", r.kernel.c_str(),
+                r.shape.c_str(), static_cast<long long>(positions), threads, bytes / 1e6,
+                seconds * 1e3, r.gbps, r.ratio, static_cast<double>(positions) / seconds);
+    std::fflush(stdout);
+    records_.push_back(r);
+  }
+
+  void Mxfp4(const char* name, int64_t rows, int64_t cols, int64_t positions,
+             const std::vector<int>& thread_counts) {
+    const size_t packed = static_cast<size_t>(rows * cols / 2);
+    const size_t bytes = packed + static_cast<size_t>(rows * cols / 32);
+    const int copies = Copies(bytes);
+    std::vector<AlignedBuffer<uint8_t>> w(static_cast<size_t>(copies));
+    for (int i = 0; i < copies; ++i) {
+      w[static_cast<size_t>(i)].Resize(bytes);
+      FillBytes(w[static_cast<size_t>(i)].data(), packed, static_cast<uint64_t>(i));
+      std::memset(w[static_cast<size_t>(i)].data() + packed, 124, bytes - packed);
+    }
+    AlignedBuffer<float> x(static_cast<size_t>(positions * cols)),
+        y(static_cast<size_t>(positions * rows));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(i % 97);
+    for (int t : thread_counts) {
+      SetDefaultThreadCount(t);
+      const double s = Time(copies, [&](int c) {
+        const uint8_t* base = w[static_cast<size_t>(c)].data();
+        kernels::MatMulMxfp4(base, base + packed, rows, cols, x.data(), positions, y.data());
+      });
+      Add(name, rows, cols, positions, t, static_cast<double>(bytes), s);
+    }
+  }
+
+  void Bf16(const char* name, int64_t rows, int64_t cols, const std::vector<int>& thread_counts) {
+    const size_t bytes = static_cast<size_t>(rows * cols) * 2;
+    const int copies = Copies(bytes);
+    std::vector<AlignedBuffer<uint16_t>> w(static_cast<size_t>(copies));
+    for (int i = 0; i < copies; ++i) {
+      w[static_cast<size_t>(i)].Resize(bytes / 2);
+      auto* p = w[static_cast<size_t>(i)].data();
+      FillBytes(reinterpret_cast<uint8_t*>(p), bytes, static_cast<uint64_t>(i));
+      for (size_t j = 0; j < bytes / 2; ++j) p[j] &= 0xbfff;  // finite values
+    }
+    AlignedBuffer<float> x(static_cast<size_t>(cols)), y(static_cast<size_t>(rows));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(i % 97);
+    for (int t : thread_counts) {
+      SetDefaultThreadCount(t);
+      const double s = Time(copies, [&](int c) {
+        kernels::MatVecBf16(w[static_cast<size_t>(c)].data(), rows, cols, x.data(), y.data());
+      });
+      Add(name, rows, cols, 1, t, static_cast<double>(bytes), s);
+    }
+  }
+
+  void I8(const char* name, int64_t rows, int64_t cols, const std::vector<int>& thread_counts) {
+    const size_t qbytes = static_cast<size_t>(rows * cols);
+    const size_t bytes = qbytes + static_cast<size_t>(rows) * 4;
+    const int copies = Copies(bytes);
+    std::vector<AlignedBuffer<int8_t>> w(static_cast<size_t>(copies));
+    for (int i = 0; i < copies; ++i) {
+      w[static_cast<size_t>(i)].Resize(qbytes);
+      FillBytes(reinterpret_cast<uint8_t*>(w[static_cast<size_t>(i)].data()), qbytes,
+                static_cast<uint64_t>(i));
+    }
+    AlignedBuffer<float> scales(static_cast<size_t>(rows));
+    for (size_t i = 0; i < scales.size(); ++i) scales[i] = 0.01f;
+    AlignedBuffer<float> x(static_cast<size_t>(cols)), y(static_cast<size_t>(rows));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(i % 97);
+    for (int t : thread_counts) {
+      SetDefaultThreadCount(t);
+      const double s = Time(copies, [&](int c) {
+        kernels::MatVecI8(w[static_cast<size_t>(c)].data(), scales.data(), rows, cols, x.data(),
+                          y.data());
+      });
+      Add(name, rows, cols, 1, t, static_cast<double>(bytes), s);
+    }
+  }
+
+  int Run() {
+    const int all = o_.threads > 0 ? o_.threads : AvailableCpus();
+    std::vector<int> counts = {1};
+    if (all > 1) counts.push_back(all);
+    char when[64];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+    std::printf("deltafin bench kernels  %s  threads: 1 and %d\n", when, all);
+    bw1_ = ProbeBandwidth(1);
+    bw_all_ = all > 1 ? ProbeBandwidth(all) : bw1_;
+    std::printf(
+        "memory read bandwidth (%zu MiB probe): 1 thread %.2f GB/s, %d threads %.2f GB/s\n\n",
+        kProbeBytes >> 20, bw1_, all, bw_all_);
+    probe_ = AlignedBuffer<uint64_t>();
+    std::printf("%-14s %-13s %4s %4s %10s %10s %8s %6s %12s\n", "kernel", "shape", "pos", "thr",
+                "MB", "ms/call", "GB/s", "ratio", "positions/s");
+    const int64_t s = o_.quick ? 8 : 1;
+    Mxfp4("mxfp4 w1/w3", 3072 / s, 3584 / s, 1, counts);
+    Mxfp4("mxfp4 w2", 3584 / s, 3072 / s, 1, counts);
+    Mxfp4("mxfp4 w1 x16", 3072 / s, 3584 / s, 16, counts);
+    Bf16("bf16 shared", 6144 / s, 7168 / s, counts);
+    Bf16("bf16 kda", 12288 / s, 7168 / s, counts);
+    Bf16("bf16 lm_head", o_.lm_head_rows / s, 7168 / s, counts);
+    I8("int8 shared", 6144 / s, 7168 / s, counts);
+    I8("int8 kda", 12288 / s, 7168 / s, counts);
+    I8("int8 lm_head", o_.lm_head_rows / s, 7168 / s, counts);
+    SetDefaultThreadCount(0);
+    // Batched gain: positions/s at 16 positions over positions/s at 1, same shape and threads.
+    for (int t : counts) {
+      double single = 0, batched = 0;
+      for (const Record& r : records_) {
+        if (r.threads != t) continue;
+        if (r.kernel == "mxfp4 w1/w3") single = 1.0 / r.seconds;
+        if (r.kernel == "mxfp4 w1 x16") batched = 16.0 / r.seconds;
+      }
+      if (single > 0) {
+        std::printf("batched MXFP4 gain at 16 positions, %d thread(s): %.2fx positions/s\n", t,
+                    batched / single);
+      }
+    }
+    if (!o_.json_path.empty()) return WriteJson();
+    return 0;
+  }
+
+ private:
+  static int Copies(size_t bytes) {
+    const size_t c = (kColdBytes + bytes - 1) / bytes;
+    return static_cast<int>(c < 2 ? 2 : c);
+  }
+
+  int WriteJson() const {
+    std::FILE* f = std::fopen(o_.json_path.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "error: %s: cannot open for writing\n", o_.json_path.c_str());
+      return 1;
+    }
+    std::fprintf(f, "[\n");
+    std::fprintf(f,
+                 "  {\"kernel\": \"memory_read\", \"threads\": 1, \"gbps\": %.4f},\n"
+                 "  {\"kernel\": \"memory_read\", \"threads\": %d, \"gbps\": %.4f}",
+                 bw1_, records_.empty() ? 1 : records_.back().threads, bw_all_);
+    for (const Record& r : records_) {
+      std::fprintf(f,
+                   ",\n  {\"kernel\": \"%s\", \"shape\": \"%s\", \"positions\": %lld, "
+                   "\"threads\": %d, \"bytes\": %.0f, \"seconds\": %.9f, \"gbps\": %.4f, "
+                   "\"ratio\": %.4f}",
+                   r.kernel.c_str(), r.shape.c_str(), static_cast<long long>(r.positions),
+                   r.threads, r.bytes, r.seconds, r.gbps, r.ratio);
+    }
+    std::fprintf(f, "\n]\n");
+    const bool ok = std::fclose(f) == 0;
+    if (!ok) std::fprintf(stderr, "error: %s: write failed\n", o_.json_path.c_str());
+    return ok ? 0 : 1;
+  }
+
+  KernelsBenchOptions o_;
+  AlignedBuffer<uint64_t> probe_;
+  uint64_t sink_ = 0;
+  double bw1_ = 0, bw_all_ = 0;
+  std::vector<Record> records_;
+};
+
+}  // namespace
+
+int RunKernelsBench(const KernelsBenchOptions& options) {
+  Bench bench(options);
+  return bench.Run();
+}
+
+}  // namespace deltafin::bench

@@ -1,0 +1,30 @@
+// Internal, SIMD-free interface between kernels/matvec.cc (threading, entry points) and the
+// per-target kernel TUs (matvec_*.cc). Each Choose* runs Highway's dynamic dispatch once and
+// returns the function for the best target the CPU supports (or the one a test selected).
+//
+// A *Rows function computes rows [r0, r1) of Y = X·Wᵀ for n vectors: y[v*rows + r] for every v,
+// each in the summation order of kernels/matvec.h, so any row partition gives the same bits.
+#pragma once
+
+#include <cstdint>
+
+namespace deltafin::kernels::internal {
+
+using Bf16RowsFn = void (*)(const uint16_t* w, int64_t rows, int64_t cols, const float* x,
+                            int64_t n, int64_t r0, int64_t r1, float* y);
+using Mxfp4RowsFn = void (*)(const uint8_t* packed, const uint8_t* scales, int64_t rows,
+                             int64_t cols, const float* x, int64_t n, int64_t r0, int64_t r1,
+                             float* y);
+using I8RowsFn = void (*)(const int8_t* q, const float* scales, int64_t rows, int64_t cols,
+                          const float* x, int64_t n, int64_t r0, int64_t r1, float* y);
+using DotF32Fn = float (*)(const float* a, const float* b, int64_t n);
+using MatTVecBf16Fn = void (*)(const uint16_t* w, int64_t rows, int64_t cols, const float* x,
+                               float* y);
+
+Bf16RowsFn ChooseBf16Rows();
+DotF32Fn ChooseDotF32();
+MatTVecBf16Fn ChooseMatTVecBf16();
+Mxfp4RowsFn ChooseMxfp4Rows();
+I8RowsFn ChooseI8Rows();
+
+}  // namespace deltafin::kernels::internal

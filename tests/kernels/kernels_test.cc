@@ -1,0 +1,279 @@
+// Per-target kernel tests: every entry point of kernels/matvec.h on every Highway target this CPU
+// supports (and this build compiled), against the scalar references in kernels/ref/. Every target
+// keeps the documented summation order, so results must be bit-identical (EXPECT_EQ, not a
+// tolerance). Covers odd sizes and tails, MXFP4 scale bytes 2..252, batched == per-vector, and
+// independence from the thread count.
+// First, so that SupportedAndGeneratedTargets() lists the targets the kernels were built for.
+#include "kernels/simd_targets.h"
+// (the rest)
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "hwy/targets.h"
+#include "kernels/matvec.h"
+#include "kernels/ref/matvec_ref.h"
+
+namespace deltafin::kernels {
+namespace {
+
+std::vector<float> RandomFloats(std::mt19937& rng, size_t n, float lo = -2.0f, float hi = 2.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& f : v) f = dist(rng);
+  return v;
+}
+
+std::vector<uint16_t> RandomBf16(std::mt19937& rng, size_t n) {
+  std::vector<uint16_t> v(n);
+  // Random magnitudes over a wide exponent range, both signs, some exact zeros.
+  std::uniform_int_distribution<int> exp(100, 140), mant(0, 127), sign(0, 1), zero(0, 31);
+  for (auto& b : v) {
+    b = zero(rng) == 0 ? 0 : static_cast<uint16_t>((sign(rng) << 15) | (exp(rng) << 7) | mant(rng));
+  }
+  return v;
+}
+
+std::vector<uint8_t> RandomBytes(std::mt19937& rng, size_t n, int lo = 0, int hi = 255) {
+  std::uniform_int_distribution<int> dist(lo, hi);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(dist(rng));
+  return v;
+}
+
+// Exact comparison that also reports the index.
+void ExpectSame(const std::vector<float>& want, const std::vector<float>& got, const char* what) {
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(want[i], got[i]) << what << " differs at " << i;
+  }
+}
+
+// DF_THREADS=1 (the qemu-aarch64 run, whose qemu-user hangs creating threads): no worker threads.
+bool SingleThreadOnly() {
+  const char* env = std::getenv("DF_THREADS");
+  return env != nullptr && std::atoi(env) == 1;
+}
+
+class KernelsTest : public ::testing::TestWithParam<int64_t> {
+ protected:
+  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
+  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
+};
+
+const int64_t kRowsList[] = {1, 3, 17, 64};
+const int64_t kColsList[] = {1, 5, 16, 31, 32, 33, 63, 100, 257, 1000};
+const int64_t kMxfp4Cols[] = {32, 64, 96, 160, 1024};
+const int64_t kBatches[] = {1, 2, 3, 4, 5, 7, 16, 17};
+
+TEST_P(KernelsTest, DotF32) {
+  std::mt19937 rng(1);
+  for (int64_t n : {0, 1, 7, 31, 32, 33, 64, 65, 1000, 4099}) {
+    const auto a = RandomFloats(rng, static_cast<size_t>(n));
+    const auto b = RandomFloats(rng, static_cast<size_t>(n));
+    EXPECT_EQ(ref::DotF32(a.data(), b.data(), n), DotF32(a.data(), b.data(), n)) << "n=" << n;
+  }
+}
+
+TEST_P(KernelsTest, MatVecBf16) {
+  std::mt19937 rng(2);
+  for (int64_t rows : kRowsList) {
+    for (int64_t cols : kColsList) {
+      const auto w = RandomBf16(rng, static_cast<size_t>(rows * cols));
+      const auto x = RandomFloats(rng, static_cast<size_t>(cols));
+      std::vector<float> want(static_cast<size_t>(rows)), got(want.size());
+      ref::MatVecBf16(w.data(), rows, cols, x.data(), want.data());
+      MatVecBf16(w.data(), rows, cols, x.data(), got.data());
+      SCOPED_TRACE("rows=" + std::to_string(rows) + " cols=" + std::to_string(cols));
+      ExpectSame(want, got, "MatVecBf16");
+    }
+  }
+}
+
+TEST_P(KernelsTest, MatTVecBf16) {
+  std::mt19937 rng(3);
+  for (int64_t rows : kRowsList) {
+    for (int64_t cols : kColsList) {
+      const auto w = RandomBf16(rng, static_cast<size_t>(rows * cols));
+      const auto x = RandomFloats(rng, static_cast<size_t>(rows));
+      std::vector<float> want(static_cast<size_t>(cols)), got(want.size());
+      ref::MatTVecBf16(w.data(), rows, cols, x.data(), want.data());
+      MatTVecBf16(w.data(), rows, cols, x.data(), got.data());
+      SCOPED_TRACE("rows=" + std::to_string(rows) + " cols=" + std::to_string(cols));
+      ExpectSame(want, got, "MatTVecBf16");
+    }
+  }
+}
+
+TEST_P(KernelsTest, MatVecMxfp4) {
+  std::mt19937 rng(4);
+  for (int64_t rows : kRowsList) {
+    for (int64_t cols : kMxfp4Cols) {
+      const auto packed = RandomBytes(rng, static_cast<size_t>(rows * cols / 2));
+      const auto scales = RandomBytes(rng, static_cast<size_t>(rows * cols / 32), 2, 252);
+      // Activations of wide range so that scale extremes stay finite: |w| <= 6·2^125.
+      const auto x = RandomFloats(rng, static_cast<size_t>(cols), -1e-3f, 1e-3f);
+      std::vector<float> want(static_cast<size_t>(rows)), got(want.size());
+      ref::MatVecMxfp4(packed.data(), scales.data(), rows, cols, x.data(), want.data());
+      MatVecMxfp4(packed.data(), scales.data(), rows, cols, x.data(), got.data());
+      SCOPED_TRACE("rows=" + std::to_string(rows) + " cols=" + std::to_string(cols));
+      ExpectSame(want, got, "MatVecMxfp4");
+    }
+  }
+}
+
+// Every scale byte of the audited range 2..252, each paired with every E2M1 code.
+TEST_P(KernelsTest, Mxfp4EveryScaleAndCode) {
+  const int64_t cols = 32, rows = 251;
+  std::vector<uint8_t> packed(static_cast<size_t>(rows * cols / 2)), scales(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    scales[static_cast<size_t>(r)] = static_cast<uint8_t>(2 + r);
+    for (int64_t j = 0; j < cols / 2; ++j) {
+      packed[static_cast<size_t>(r * cols / 2 + j)] =
+          static_cast<uint8_t>((j + r) % 16 | (15 - j) << 4);
+    }
+  }
+  std::mt19937 rng(5);
+  for (float range : {1e-30f, 1.0f, 1e-3f}) {
+    const auto x = RandomFloats(rng, cols, -range, range);
+    std::vector<float> want(rows), got(rows);
+    ref::MatVecMxfp4(packed.data(), scales.data(), rows, cols, x.data(), want.data());
+    MatVecMxfp4(packed.data(), scales.data(), rows, cols, x.data(), got.data());
+    ExpectSame(want, got, "MatVecMxfp4 scales");
+  }
+}
+
+TEST_P(KernelsTest, MatVecI8) {
+  std::mt19937 rng(6);
+  for (int64_t rows : kRowsList) {
+    for (int64_t cols : kColsList) {
+      const auto bytes = RandomBytes(rng, static_cast<size_t>(rows * cols), 0, 254);
+      std::vector<int8_t> q(bytes.size());
+      for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<int8_t>(bytes[i] - 127);
+      const auto scales = RandomFloats(rng, static_cast<size_t>(rows), 1e-4f, 1e-1f);
+      const auto x = RandomFloats(rng, static_cast<size_t>(cols));
+      std::vector<float> want(static_cast<size_t>(rows)), got(want.size());
+      ref::MatVecI8(q.data(), scales.data(), rows, cols, x.data(), want.data());
+      MatVecI8(q.data(), scales.data(), rows, cols, x.data(), got.data());
+      SCOPED_TRACE("rows=" + std::to_string(rows) + " cols=" + std::to_string(cols));
+      ExpectSame(want, got, "MatVecI8");
+    }
+  }
+}
+
+// Batched products equal the matrix-vector product of every vector, bit for bit.
+TEST_P(KernelsTest, BatchedEqualsPerVector) {
+  std::mt19937 rng(7);
+  const int64_t rows = 37;
+  for (int64_t cols : {32, 33, 96, 161}) {
+    const auto wb = RandomBf16(rng, static_cast<size_t>(rows * cols));
+    const auto bytes = RandomBytes(rng, static_cast<size_t>(rows * cols), 0, 254);
+    std::vector<int8_t> q(bytes.size());
+    for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<int8_t>(bytes[i] - 127);
+    const auto qs = RandomFloats(rng, static_cast<size_t>(rows), 1e-3f, 1e-2f);
+    const int64_t mcols = cols / 32 * 32;
+    const auto packed = RandomBytes(rng, static_cast<size_t>(rows * mcols / 2));
+    const auto scales = RandomBytes(rng, static_cast<size_t>(rows * mcols / 32), 110, 135);
+    for (int64_t n : kBatches) {
+      SCOPED_TRACE("cols=" + std::to_string(cols) + " n=" + std::to_string(n));
+      const auto x = RandomFloats(rng, static_cast<size_t>(n * cols));
+      const auto xm = RandomFloats(rng, static_cast<size_t>(n * mcols));
+      std::vector<float> batched(static_cast<size_t>(n * rows)), single(batched.size());
+      MatMulBf16(wb.data(), rows, cols, x.data(), n, batched.data());
+      for (int64_t v = 0; v < n; ++v) {
+        ref::MatVecBf16(wb.data(), rows, cols, x.data() + v * cols, single.data() + v * rows);
+      }
+      ExpectSame(single, batched, "MatMulBf16");
+      MatMulI8(q.data(), qs.data(), rows, cols, x.data(), n, batched.data());
+      for (int64_t v = 0; v < n; ++v) {
+        ref::MatVecI8(q.data(), qs.data(), rows, cols, x.data() + v * cols,
+                      single.data() + v * rows);
+      }
+      ExpectSame(single, batched, "MatMulI8");
+      MatMulMxfp4(packed.data(), scales.data(), rows, mcols, xm.data(), n, batched.data());
+      for (int64_t v = 0; v < n; ++v) {
+        MatVecMxfp4(packed.data(), scales.data(), rows, mcols, xm.data() + v * mcols,
+                    single.data() + v * rows);
+      }
+      ExpectSame(single, batched, "MatMulMxfp4 vs MatVecMxfp4");
+      for (int64_t v = 0; v < n; ++v) {
+        ref::MatVecMxfp4(packed.data(), scales.data(), rows, mcols, xm.data() + v * mcols,
+                         single.data() + v * rows);
+      }
+      ExpectSame(single, batched, "MatMulMxfp4 vs reference");
+    }
+  }
+}
+
+// Large enough that the rows are split over the pool; results must not depend on thread count.
+TEST_P(KernelsTest, ThreadCountDoesNotChangeResults) {
+  if (SingleThreadOnly()) GTEST_SKIP() << "DF_THREADS=1";
+  std::mt19937 rng(8);
+  const int64_t rows = 1031, cols = 1024, n = 5;
+  const auto packed = RandomBytes(rng, static_cast<size_t>(rows * cols / 2));
+  const auto scales = RandomBytes(rng, static_cast<size_t>(rows * cols / 32), 110, 135);
+  const auto wb = RandomBf16(rng, static_cast<size_t>(rows * cols));
+  const auto x = RandomFloats(rng, static_cast<size_t>(n * cols));
+  std::vector<float> want(static_cast<size_t>(n * rows)), wantb(want.size());
+  for (int64_t v = 0; v < n; ++v) {
+    ref::MatVecMxfp4(packed.data(), scales.data(), rows, cols, x.data() + v * cols,
+                     want.data() + v * rows);
+    ref::MatVecBf16(wb.data(), rows, cols, x.data() + v * cols, wantb.data() + v * rows);
+  }
+  const int saved = DefaultThreadCount();
+  for (int threads : {1, 2, 3, 8}) {
+    SetDefaultThreadCount(threads);
+    ASSERT_EQ(DefaultPool().num_threads(), threads);
+    std::vector<float> got(want.size());
+    MatMulMxfp4(packed.data(), scales.data(), rows, cols, x.data(), n, got.data());
+    ExpectSame(want, got, "MatMulMxfp4");
+    MatMulBf16(wb.data(), rows, cols, x.data(), n, got.data());
+    ExpectSame(wantb, got, "MatMulBf16");
+  }
+  SetDefaultThreadCount(saved);
+}
+
+std::string TargetParamName(const ::testing::TestParamInfo<int64_t>& info) {
+  return hwy::TargetName(info.param);
+}
+
+INSTANTIATE_TEST_SUITE_P(Simd, KernelsTest,
+                         ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()), TargetParamName);
+
+TEST(ThreadPool, RunsEveryIndexOnce) {
+  if (SingleThreadOnly()) GTEST_SKIP() << "DF_THREADS=1";
+  for (int threads : {1, 2, 5}) {
+    ThreadPool pool(threads);
+    for (int round = 0; round < 100; ++round) {
+      std::vector<int> hits(static_cast<size_t>(threads));
+      pool.Run([](void* ctx, int index,
+                  int) { ++(*static_cast<std::vector<int>*>(ctx))[static_cast<size_t>(index)]; },
+               &hits);
+      for (int h : hits) ASSERT_EQ(h, 1);
+    }
+  }
+}
+
+TEST(ThreadPool, ParallelRangesCoverExactly) {
+  if (SingleThreadOnly()) GTEST_SKIP() << "DF_THREADS=1";
+  ThreadPool pool(3);
+  for (int64_t n : {1, 2, 3, 10, 1000}) {
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    pool.ParallelRanges(n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+    });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  }
+}
+
+TEST(ThreadPool, AvailableCpusIsPositive) { EXPECT_GE(AvailableCpus(), 1); }
+
+}  // namespace
+}  // namespace deltafin::kernels
