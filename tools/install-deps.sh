@@ -12,8 +12,16 @@ PACKAGES=(
   g++-aarch64-linux-gnu qemu-user        # ARM64 cross build of the kernel tests, run under qemu
   libhwy-dev:arm64 libgtest-dev:arm64    # ... its target libraries (Debian multiarch)
   clang-format                           # formatting check in the test script
+  libpcre2-dev                           # tokenizer pre-tokenizer (PCRE2: UTF, UCP, JIT)
+  clang libclang-rt-14-dev               # libFuzzer run of the tokenizer in the test script
   python3                                # small helpers in e2e tests
 )
+
+# The tokenizer oracle test runs OpenAI's tiktoken from npm (WASM). Any node >= 18 with npm will
+# do; a machine whose node comes from elsewhere (e.g. a nodejs build that bundles npm) keeps it.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  PACKAGES+=(nodejs npm)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,5 +1,6 @@
-// `deltafin run`: greedy generation from a prompt of token ids. Prints the generated ids (one JSON
-// array on stdout) and, when the model folder has a tokenizer, the decoded text.
+// `deltafin run`: greedy generation from a prompt of token ids (--prompt-ids) or text (--prompt,
+// optionally as one user turn of K3's chat template with --chat). Prints the generated ids (one
+// JSON array on stdout) and, when the model folder has a tokenizer, the decoded text after it.
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -7,6 +8,8 @@
 #include "base/log.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
 
 namespace deltafin::cli {
 
@@ -15,12 +18,36 @@ namespace {
 struct RunArgs {
   ModelFlags model;
   std::string prompt_ids;
+  std::string prompt;
+  bool chat = false;
+  bool no_thinking = false;
+  std::string effort = "max";
   int64_t max_new = 32;
   bool ignore_eos = false;
 };
 
 int RunGenerate(const RunArgs& args) {
-  auto ids = ParseTokenList(args.prompt_ids);
+  // The tokenizer is optional with --prompt-ids (test models may lack the files).
+  auto tok = tokenizer::Tokenizer::LoadModelDir(args.model.model_dir);
+  Result<std::vector<int32_t>> ids = Status::Error("give --prompt-ids or --prompt");
+  if (args.prompt_ids.empty() && args.prompt.empty()) {
+    return Fail(ids.status());
+  } else if (!args.prompt_ids.empty()) {
+    ids = ParseTokenList(args.prompt_ids);
+  } else if (!tok.ok()) {
+    return Fail(tok.status().WithContext("--prompt needs the model's tokenizer"));
+  } else if (args.chat) {
+    tokenizer::ChatOptions opts;
+    opts.thinking = !args.no_thinking;
+    opts.reasoning_effort = args.effort;
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    messages.push_back({{"role", "user"}, {"content", args.prompt}});
+    auto segs = tokenizer::RenderChat(messages, nullptr, opts);
+    if (!segs.ok()) return Fail(segs.status());
+    ids = tokenizer::EncodeChat(**tok, *segs);
+  } else {
+    ids = (*tok)->Encode(args.prompt);
+  }
   if (!ids.ok()) return Fail(ids.status());
   auto engine = args.model.LoadEngine();
   if (!engine.ok()) return Fail(engine.status());
@@ -48,6 +75,10 @@ int RunGenerate(const RunArgs& args) {
     out += (i ? "," : "") + std::to_string(generated[i]);
   }
   std::printf("%s]\n", out.c_str());
+  if (tok.ok()) {  // the decoded text (invalid UTF-8 shown as U+FFFD), after the ids
+    auto bytes = (*tok)->Decode(generated);
+    if (bytes.ok()) std::printf("%s\n", tokenizer::DecodeUtf8Lossy(*bytes).c_str());
+  }
   const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
   const double decode_s = std::chrono::duration<double>(t2 - t1).count();
   char line[200];
@@ -65,8 +96,13 @@ void RegisterRun(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand("run", "Generate tokens greedily from a prompt");
   args->model.Add(cmd);
-  cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt as comma-separated token ids")
-      ->required();
+  auto* ids_opt =
+      cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt as comma-separated token ids");
+  cmd->add_option("--prompt", args->prompt, "Prompt as text (needs the model's tokenizer)")
+      ->excludes(ids_opt);
+  cmd->add_flag("--chat", args->chat, "Render --prompt as one user turn of K3's chat template");
+  cmd->add_flag("--no-thinking", args->no_thinking, "With --chat: thinking off");
+  cmd->add_option("--reasoning-effort", args->effort, "With --chat: low, medium, high or max");
   cmd->add_option("--max-new", args->max_new, "Maximum tokens to generate")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating after the stop token");

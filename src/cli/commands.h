@@ -11,6 +11,7 @@ namespace deltafin::cli {
 void RegisterMakeModel(CLI::App& app, int* exit_code);
 void RegisterRun(CLI::App& app, int* exit_code);
 void RegisterLogits(CLI::App& app, int* exit_code);
+void RegisterTokenize(CLI::App& app, int* exit_code);
 void RegisterBench(CLI::App& app, int* exit_code);
 
 }  // namespace deltafin::cli

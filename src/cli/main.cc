@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   deltafin::cli::RegisterMakeModel(app, &exit_code);
   deltafin::cli::RegisterRun(app, &exit_code);
   deltafin::cli::RegisterLogits(app, &exit_code);
+  deltafin::cli::RegisterTokenize(app, &exit_code);
   deltafin::cli::RegisterBench(app, &exit_code);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,70 @@
+// Tokenizer: K3's encode/decode (spec §5.3) over a Vocab and a PreTokenizer.
+//
+// Encode = validate UTF-8 → split into slices of ≤ 400,000 code points and runs of ≤ 25,000
+// (non-)whitespace characters (tokenization_kimi.py) → optionally cut at allowed special-token
+// spellings → pre-tokenize → BPE. Long ordinary spans can be encoded on several threads with
+// identical results (see EncodeOrdinary in tokenizer.cc).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/vocab.h"
+
+namespace deltafin::tokenizer {
+
+struct EncodeOptions {
+  // Special spellings to recognise in the text; everything else (the default: all of it) is
+  // ordinary text, so a user typing "<|open|>" gets plain BPE ids.
+  bool allow_all_special = false;
+  std::vector<std::string> allowed_special;
+  // Threads for long inputs; 0 = all cores. Results never depend on it.
+  int threads = 1;
+};
+
+class Tokenizer {
+ public:
+  // A model folder: tiktoken.model + tokenizer_config.json, K3's pattern.
+  static Result<std::unique_ptr<Tokenizer>> LoadModelDir(const std::string& dir);
+  static Result<std::unique_ptr<Tokenizer>> Create(Vocab vocab, PatternKind pattern);
+
+  Result<std::vector<int32_t>> Encode(std::string_view text,
+                                      const EncodeOptions& options = {}) const;
+  // Appends the ids of `text` as ordinary text, without the Kimi splitting. `text` must be valid
+  // UTF-8. Used for chat segments after splitting and by the parallel path.
+  Status EncodeOrdinary(std::string_view text, int threads, std::vector<int32_t>* out) const;
+  // Concatenated token bytes (may be invalid UTF-8 when cut mid-character); unknown ids → error.
+  Result<std::string> Decode(const std::vector<int32_t>& ids) const;
+  // Id of a special spelling, or -1.
+  int32_t SpecialId(std::string_view content) const;
+
+  const Vocab& vocab() const { return vocab_; }
+  const PreTokenizer& pretokenizer() const { return *pre_; }
+
+ private:
+  Tokenizer(Vocab vocab, std::unique_ptr<PreTokenizer> pre)
+      : vocab_(std::move(vocab)), pre_(std::move(pre)) {}
+  Status EncodeSpan(std::string_view text, const EncodeOptions& options,
+                    std::vector<int32_t>* out) const;
+  Status EncodeParallel(std::string_view text, int threads, std::vector<int32_t>* out) const;
+
+  Vocab vocab_;
+  std::unique_ptr<PreTokenizer> pre_;
+};
+
+// The Kimi splitting rule: byte ranges of `text` (valid UTF-8), each at most `max_chars` code
+// points long and with no run of > `max_run` consecutive whitespace (str.isspace) or
+// non-whitespace characters. Mirrors tokenization_kimi.py exactly, including that the 400,000
+// slices are cut first.
+struct Span {
+  size_t begin, end;
+};
+std::vector<Span> KimiSplit(std::string_view text, size_t max_chars = 400000,
+                            size_t max_run = 25000);
+
+}  // namespace deltafin::tokenizer
