@@ -25,6 +25,8 @@ struct EngineOptions {
   // at most 4 GiB (reading the scales of a full K3 at load would take minutes).
   enum class ScaleAudit { kAuto, kOn, kOff };
   ScaleAudit audit_expert_scales = ScaleAudit::kAuto;
+  // Compute threads for the kernels (process-wide). 0: every CPU the process may use.
+  int threads = 0;
 };
 
 struct ModelInfo {

@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "base/log.h"
-#include "base/thread_pool.h"
 
 namespace deltafin::cli {
 
@@ -24,11 +23,11 @@ void ModelFlags::Add(CLI::App* cmd) {
 }
 
 Result<std::unique_ptr<Engine>> ModelFlags::LoadEngine() const {
-  if (threads > 0) SetDefaultThreadCount(threads);
   EngineOptions options;
   options.model_dir = model_dir;
   options.context_capacity = context;
   options.prefill_chunk = prefill_chunk;
+  options.threads = threads;
   options.audit_expert_scales = audit == "on"    ? EngineOptions::ScaleAudit::kOn
                                 : audit == "off" ? EngineOptions::ScaleAudit::kOff
                                                  : EngineOptions::ScaleAudit::kAuto;

@@ -1,8 +1,8 @@
 // Per-target building blocks of the matrix kernels (Highway): decoders that turn 32 consecutive
 // weights of a row into fp32 vectors, and the row dot product in the order documented in
 // kernels/matvec.h. 32 partial sums are kept as 32/N vectors of N lanes (2 on AVX3, 4 on AVX2,
-// 8 on NEON), lane l of vector k holding partial k*N + l; products are Mul then Add (never fused),
-// exactly as the scalar reference rounds, so every target is bit-identical to it.
+// 8 on NEON), lane l of vector k holding partial k*N + l; each step is one fused multiply-add,
+// exactly as the scalar reference (std::fma) rounds, so every target is bit-identical to it.
 //
 // Included by the kernel TUs after hwy/foreach_target.h, so it has Highway's per-target include
 // guard instead of #pragma once. Not compiled for HWY_SCALAR: there the TUs call the references.
@@ -68,7 +68,7 @@ HWY_INLINE void DotRowTile(const Decoder& dec, int64_t cols, const float* const*
     for (size_t t = 0; t < kT; ++t) {
       HWY_UNROLL(8)
       for (size_t k = 0; k < kAcc; ++k) {
-        acc[t][k] = hn::Add(acc[t][k], hn::Mul(w[k], hn::LoadU(df, xs[t] + c + k * kN)));
+        acc[t][k] = hn::MulAdd(w[k], hn::LoadU(df, xs[t] + c + k * kN), acc[t][k]);
       }
     }
   }
@@ -85,8 +85,8 @@ HWY_INLINE void DotRowTile(const Decoder& dec, int64_t cols, const float* const*
         const int64_t live = rem - static_cast<int64_t>(k * kN);
         // Lanes past the tail keep their partial (a zero-padded product would add +0 anyway).
         const auto m = hn::FirstN(df, static_cast<size_t>(live > 0 ? live : 0));
-        const VF prod = hn::Mul(hn::Load(df, wt + k * kN), hn::Load(df, xt + k * kN));
-        acc[t][k] = hn::IfThenElse(m, hn::Add(acc[t][k], prod), acc[t][k]);
+        const VF sum = hn::MulAdd(hn::Load(df, wt + k * kN), hn::Load(df, xt + k * kN), acc[t][k]);
+        acc[t][k] = hn::IfThenElse(m, sum, acc[t][k]);
       }
     }
   }
@@ -240,17 +240,20 @@ struct Mxfp4Decoder {
     prow = packed0 + r * (cols / 2);
     srow = scales0 + r * (cols / kBlock);
   }
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  // `scaled` = E2M1 table × the group's power-of-two scale (exact), so a lookup yields the weight.
+  HWY_INLINE VF Lookup(VF scaled, hn::Vec<DI> code) const {
+    return hn::TableLookupLanes(scaled, hn::IndicesFromVec(DF(), code));
+  }
+#else
   HWY_INLINE VF Lookup(hn::Vec<DI> code) const {
     const DF df;
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-    return hn::TableLookupLanes(table, hn::IndicesFromVec(df, code));
-#else
     // Index bytes are (code, 0, 0, 0) per lane and table byte 0 is 0: the lane gets the
     // table byte zero-extended; shifts sign-extend it.
     const auto v = hn::TableLookupBytes(table, code);
     return hn::ConvertTo(df, hn::ShiftRight<24>(hn::ShiftLeft<24>(v)));
-#endif
   }
+#endif
   HWY_INLINE void Block(int64_t c, VF* w) const {
     const DF df;
     const DI di;
@@ -258,15 +261,25 @@ struct Mxfp4Decoder {
     const int64_t g = c / kBlock;
     const uint8_t* bytes = prow + g * (kBlock / 2);
     const VF scale = hn::Set(df, ScaleOf(srow[g]) * kHalf);
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    const VF scaled = hn::Mul(table, scale);  // 16 lanes: one multiply per group, not per weight
+#endif
     HWY_UNROLL(4)
     for (size_t it = 0; it < kAcc / 2; ++it) {
       auto b = hn::LoadU(d8, bytes + it * kN);
       if constexpr (kN > 4) b = hn::TableLookupBytes(b, perm);
       const auto v = hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<DI>(), b));
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+      const VF lo = Lookup(scaled, hn::And(v, hn::Set(di, 15)));
+      const VF hi = Lookup(scaled, hn::ShiftRight<4>(v));
+      w[2 * it] = hn::InterleaveLower(df, lo, hi);
+      w[2 * it + 1] = hn::InterleaveUpper(df, lo, hi);
+#else
       const VF lo = Lookup(hn::And(v, hn::Set(di, 15)));
       const VF hi = Lookup(hn::ShiftRight<4>(v));
       w[2 * it] = hn::Mul(hn::InterleaveLower(df, lo, hi), scale);
       w[2 * it + 1] = hn::Mul(hn::InterleaveUpper(df, lo, hi), scale);
+#endif
     }
   }
   HWY_INLINE void Tail(int64_t, int64_t, float*) const {}  // cols is a multiple of 32

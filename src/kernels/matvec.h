@@ -11,7 +11,9 @@
 // vector exactly what the matrix-vector form produces: prefill and decode then agree bit for bit.
 //
 // Summation order (fixed, so results are deterministic): 32 partial sums, element c goes to
-// partial c % 32 in increasing c; partials are then combined pairwise as a balanced tree
+// partial c % 32 in increasing c as one fused multiply-add, p = fma(w, x, p) (one rounding per
+// step; every SIMD target has FMA, and the references use std::fma); partials are then combined
+// pairwise as a balanced tree
 // (p[i] += p[i+16], then p[i] += p[i+8], ... , p[0] += p[1]). For MXFP4 the product of an E2M1
 // value and its power-of-two scale is exact, so only this order decides the rounding.
 #pragma once

@@ -1,5 +1,7 @@
 // BF16 and fp32 kernels, compiled once per Highway target (simd_targets.h): BF16 matrix × vectors,
 // BF16 transposed matrix-vector, fp32 dot. HWY_SCALAR calls the scalar references.
+#include <cmath>
+
 #include "kernels/simd_targets.h"
 // Highway's per-target recompilation of this file.
 #undef HWY_TARGET_INCLUDE
@@ -57,10 +59,10 @@ void MatTVecBf16Impl(const uint16_t* w, int64_t rows, int64_t cols, const float*
     for (int64_t r = 0; r < rows; ++r) {
       const uint16_t* row = w + r * cols + c;
       const VF xr = hn::Set(df, x[r]);
-      a0 = hn::Add(a0, hn::Mul(load(row), xr));
-      a1 = hn::Add(a1, hn::Mul(load(row + kN), xr));
-      a2 = hn::Add(a2, hn::Mul(load(row + 2 * kN), xr));
-      a3 = hn::Add(a3, hn::Mul(load(row + 3 * kN), xr));
+      a0 = hn::MulAdd(load(row), xr, a0);
+      a1 = hn::MulAdd(load(row + kN), xr, a1);
+      a2 = hn::MulAdd(load(row + 2 * kN), xr, a2);
+      a3 = hn::MulAdd(load(row + 3 * kN), xr, a3);
     }
     hn::StoreU(a0, df, y + c);
     hn::StoreU(a1, df, y + c + kN);
@@ -70,7 +72,7 @@ void MatTVecBf16Impl(const uint16_t* w, int64_t rows, int64_t cols, const float*
   for (; c + static_cast<int64_t>(kN) <= cols; c += kN) {
     VF a0 = hn::Zero(df);
     for (int64_t r = 0; r < rows; ++r) {
-      a0 = hn::Add(a0, hn::Mul(load(w + r * cols + c), hn::Set(df, x[r])));
+      a0 = hn::MulAdd(load(w + r * cols + c), hn::Set(df, x[r]), a0);
     }
     hn::StoreU(a0, df, y + c);
   }
@@ -80,7 +82,7 @@ void MatTVecBf16Impl(const uint16_t* w, int64_t rows, int64_t cols, const float*
       const uint32_t bits = static_cast<uint32_t>(w[r * cols + c]) << 16;
       float wf;
       __builtin_memcpy(&wf, &bits, 4);
-      acc += wf * x[r];
+      acc = std::fma(wf, x[r], acc);
     }
     y[c] = acc;
   }

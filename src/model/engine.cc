@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "base/thread_pool.h"
 #include "model/forward.h"
 #include "model/weights.h"
 
@@ -32,6 +33,8 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   if (options.prefill_chunk < 1) return Status::Error("prefill chunk must be >= 1");
+  if (options.threads < 0) return Status::Error("threads must be >= 0");
+  if (options.threads > 0) SetDefaultThreadCount(options.threads);
   // Decide the scale audit from the config before binding (binding is where it happens).
   DF_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(options.model_dir));
   BindOptions bind;

@@ -1,5 +1,7 @@
 #include "kernels/ref/matvec_ref.h"
 
+#include <cmath>
+
 #include "quant/bf16.h"
 #include "quant/mxfp4.h"
 
@@ -17,15 +19,16 @@ inline float ReduceLanes(float* p) {
   return p[0];
 }
 
-// Adds a[c]*b[c] into partial c % 32; written block-wise so compilers vectorise it.
+// Accumulates a[c]*b[c] into partial c % 32 with a fused multiply-add (one rounding per step, as
+// every SIMD target does it).
 template <typename LoadA>
 inline float DotLanes(LoadA load_a, const float* b, int64_t n) {
   float p[kLanes] = {};
   int64_t c = 0;
   for (; c + kLanes <= n; c += kLanes) {
-    for (int l = 0; l < kLanes; ++l) p[l] += load_a(c + l) * b[c + l];
+    for (int l = 0; l < kLanes; ++l) p[l] = std::fma(load_a(c + l), b[c + l], p[l]);
   }
-  for (int l = 0; c < n; ++c, ++l) p[l] += load_a(c) * b[c];
+  for (int l = 0; c < n; ++c, ++l) p[l] = std::fma(load_a(c), b[c], p[l]);
   return ReduceLanes(p);
 }
 
@@ -47,7 +50,7 @@ void MatTVecBf16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, 
   for (int64_t r = 0; r < rows; ++r) {
     const uint16_t* row = w + r * cols;
     const float xr = x[r];
-    for (int64_t c = 0; c < cols; ++c) y[c] += Bf16ToF32(row[c]) * xr;
+    for (int64_t c = 0; c < cols; ++c) y[c] = std::fma(Bf16ToF32(row[c]), xr, y[c]);
   }
 }
 
@@ -65,8 +68,8 @@ void MatVecMxfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows, int
       for (int t = 0; t < kMxfp4GroupSize; t += 2) {
         const uint8_t b = bytes[t / 2];
         // Exact: a 2-bit-mantissa value times a power of two.
-        p[t] += (kE2m1Values[b & 0x0f] * scale) * xg[t];
-        p[t + 1] += (kE2m1Values[b >> 4] * scale) * xg[t + 1];
+        p[t] = std::fma(kE2m1Values[b & 0x0f] * scale, xg[t], p[t]);
+        p[t + 1] = std::fma(kE2m1Values[b >> 4] * scale, xg[t + 1], p[t + 1]);
       }
     }
     y[r] = ReduceLanes(p);
