@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the bundled demo model (README): builds deltafin, generates the tiny K3-shaped
-# checkpoint (random weights!) with make-model, and generates tokens from it.
+# checkpoint (random weights!) with make-model, and generates tokens from it: the ids as a JSON
+# array, then their text (meaningless, since the weights are random).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
@@ -11,4 +12,4 @@ model=${DF_DEMO_MODEL:-demo-model}
 if [[ ! -f "$model/model.safetensors.index.json" ]]; then
   "$bin" make-model --preset tiny --out "$model" --seed 1
 fi
-"$bin" run --model "$model" --prompt-ids "${DF_DEMO_PROMPT:-72,101,108,108,111}" --max-new 16
+"$bin" run --model "$model" --prompt "${DF_DEMO_PROMPT:-The capital of France is}" --max-new 16
