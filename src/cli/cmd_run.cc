@@ -1,6 +1,7 @@
 // `deltafin run`: greedy generation from a prompt of token ids (--prompt-ids) or text (--prompt,
 // optionally as one user turn of K3's chat template with --chat). Prints the generated ids (one
 // JSON array on stdout) and, when the model folder has a tokenizer, the decoded text after it.
+// --trace FILE writes the router trace (cli/router_trace.h, docs/TRACE.md).
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "base/log.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/router_trace.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
@@ -24,6 +26,7 @@ struct RunArgs {
   std::string effort = "max";
   int64_t max_new = 32;
   bool ignore_eos = false;
+  std::string trace;
 };
 
 int RunGenerate(const RunArgs& args) {
@@ -53,11 +56,22 @@ int RunGenerate(const RunArgs& args) {
   if (!engine.ok()) return Fail(engine.status());
   const ModelInfo& info = (*engine)->info();
   auto session = (*engine)->NewSession();
+  std::unique_ptr<RouterTraceWriter> trace;
+  if (!args.trace.empty()) {
+    auto opened = RouterTraceWriter::Open(args.trace);
+    if (!opened.ok()) return Fail(opened.status());
+    trace = std::move(*opened);
+    session->SetObserver(trace.get());
+  }
 
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   Status st = session->Prefill(*ids);
   if (!st.ok()) return Fail(st);
+  if (trace) {
+    st = trace->WritePositions(0, *ids);
+    if (!st.ok()) return Fail(st);
+  }
   const auto t1 = Clock::now();
   std::vector<int32_t> generated;
   generated.reserve(static_cast<size_t>(args.max_new));
@@ -67,6 +81,15 @@ int RunGenerate(const RunArgs& args) {
     if (next == info.eos_token_id && !args.ignore_eos) break;
     if (i + 1 == args.max_new) break;
     st = session->Decode(next);
+    if (!st.ok()) return Fail(st);
+    if (trace) {
+      st = trace->WritePositions(session->position() - 1, {&next, 1});
+      if (!st.ok()) return Fail(st);
+    }
+  }
+  if (trace) {
+    session->SetObserver(nullptr);
+    st = trace->Close();
     if (!st.ok()) return Fail(st);
   }
   const auto t2 = Clock::now();
@@ -106,6 +129,8 @@ void RegisterRun(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-new", args->max_new, "Maximum tokens to generate")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating after the stop token");
+  cmd->add_option("--trace", args->trace,
+                  "Write the router trace (one JSON line per fed position) to this file");
   cmd->callback([args, exit_code] { *exit_code = RunGenerate(*args); });
 }
 

@@ -13,5 +13,6 @@ void RegisterRun(CLI::App& app, int* exit_code);
 void RegisterLogits(CLI::App& app, int* exit_code);
 void RegisterTokenize(CLI::App& app, int* exit_code);
 void RegisterBench(CLI::App& app, int* exit_code);
+void RegisterTraceStats(CLI::App& app, int* exit_code);
 
 }  // namespace deltafin::cli

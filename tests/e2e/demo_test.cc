@@ -128,7 +128,7 @@ TEST_F(DemoTest, ActivationsStayWellScaledThroughK3Depth) {
 }
 
 TEST_F(DemoTest, HelpIsAvailableForEveryCommand) {
-  for (const char* cmd : {"", " make-model", " run", " logits"}) {
+  for (const char* cmd : {"", " make-model", " run", " logits", " trace-stats"}) {
     auto r = RunCommand(Bin() + cmd + " --help");
     EXPECT_EQ(r.exit_code, 0) << cmd;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << cmd << r.output;
