@@ -13,8 +13,10 @@
 #define DELTAFIN_KERNELS_MATVEC_INL_H_
 #endif
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "hwy/highway.h"
 
@@ -99,11 +101,67 @@ HWY_INLINE void DotRowTile(const Decoder& dec, int64_t cols, const float* const*
   }
 }
 
+// Rows per step of the single-vector path: several independent rows give the core more
+// accumulator chains and memory streams in flight, and each x vector is loaded once for all of
+// them. Limited by the register file (kR·kAcc accumulators + kAcc x + kAcc weights).
+constexpr size_t kRowsSingle = kAcc <= 2 ? 4 : (kAcc <= 4 ? 2 : 1);
+
+// Dot products of kR consecutive rows (decoders dec[i] bound to them) with one vector x; cols a
+// multiple of 32. Each row's partials see exactly the steps DotRowTile would give them.
+template <size_t kR, class Decoder>
+HWY_INLINE void DotRowsOneVector(Decoder* dec, int64_t cols, const float* x, float* out) {
+  const DF df;
+  VF acc[kR][kAcc];
+  HWY_UNROLL(8)
+  for (size_t i = 0; i < kR; ++i) {
+    HWY_UNROLL(8)
+    for (size_t k = 0; k < kAcc; ++k) acc[i][k] = hn::Zero(df);
+  }
+  for (int64_t c = 0; c < cols; c += kBlock) {
+    VF xv[kAcc];
+    HWY_UNROLL(8)
+    for (size_t k = 0; k < kAcc; ++k) xv[k] = hn::LoadU(df, x + c + k * kN);
+    HWY_UNROLL(8)
+    for (size_t i = 0; i < kR; ++i) {
+      VF w[kAcc];
+      dec[i].Block(c, w);
+      HWY_UNROLL(8)
+      for (size_t k = 0; k < kAcc; ++k) acc[i][k] = hn::MulAdd(w[k], xv[k], acc[i][k]);
+    }
+  }
+  HWY_UNROLL(8)
+  for (size_t i = 0; i < kR; ++i) {
+    alignas(64) float p[kBlock];
+    HWY_UNROLL(8)
+    for (size_t k = 0; k < kAcc; ++k) hn::Store(acc[i][k], df, p + k * kN);
+    out[i] = ReducePartials(p);
+  }
+}
+
+// kR copies of a decoder (decoders need not be default-constructible).
+template <class Decoder, size_t... kI>
+HWY_INLINE std::array<Decoder, sizeof...(kI)> Copies(const Decoder& d, std::index_sequence<kI...>) {
+  return {((void)kI, d)...};
+}
+
 // Rows [r0, r1) for n vectors: y[v*rows + r] = finish(r, dot(row r, x_v)). MakeDecoder(r) binds
 // the decoder to row r.
 template <class Decoder, class Finish>
 HWY_INLINE void DotRows(Decoder& dec, int64_t rows, int64_t cols, const float* x, int64_t n,
                         int64_t r0, int64_t r1, float* y, const Finish& finish) {
+  if (n == 1 && kRowsSingle > 1 && cols % kBlock == 0) {
+    int64_t r = r0;
+    for (; r + static_cast<int64_t>(kRowsSingle) <= r1; r += kRowsSingle) {
+      auto decs = Copies(dec, std::make_index_sequence<kRowsSingle>());
+      float out[kRowsSingle];
+      for (size_t i = 0; i < kRowsSingle; ++i) decs[i].SetRow(r + static_cast<int64_t>(i));
+      DotRowsOneVector<kRowsSingle>(decs.data(), cols, x, out);
+      for (size_t i = 0; i < kRowsSingle; ++i) {
+        y[r + static_cast<int64_t>(i)] = finish(r + static_cast<int64_t>(i), out[i]);
+      }
+    }
+    r0 = r;  // the remaining rows take the general path
+  }
   for (int64_t r = r0; r < r1; ++r) {
     dec.SetRow(r);
     int64_t v = 0;
