@@ -85,6 +85,32 @@ TEST_F(DemoTest, MakeModelThenRunGeneratesTokens) {
       RunCommand(Bin() + " logits --model " + model + " --tokens 72,101,108 --out " + out);
   ASSERT_EQ(logits.exit_code, 0) << logits.output;
   EXPECT_EQ(fs::file_size(out), 3u * 1024u * sizeof(float));
+
+  // --dump: per-layer activations [positions, hidden] and one route line per position and MoE
+  // layer, next to logits identical to the run without it.
+  const std::string dump = (dir_ / "dump").string();
+  const std::string out2 = (dir_ / "logits2.f32").string();
+  auto dumped = RunCommand(Bin() + " logits --model " + model + " --tokens 72,101,108 --out " +
+                           out2 + " --dump " + dump);
+  ASSERT_EQ(dumped.exit_code, 0) << dumped.output;
+  const size_t hidden = 256, layers = 9, positions = 3;
+  for (const char* name : {"attn_in", "attn_out", "ffn_in", "ffn_out", "layer_out"}) {
+    for (size_t layer = 0; layer < layers; ++layer) {
+      char file[64];
+      std::snprintf(file, sizeof(file), "L%02zu.%s.f32", layer, name);
+      ASSERT_TRUE(fs::exists(fs::path(dump) / file)) << file;
+      EXPECT_EQ(fs::file_size(fs::path(dump) / file), positions * hidden * sizeof(float)) << file;
+    }
+  }
+  EXPECT_EQ(fs::file_size(fs::path(dump) / "final_hidden.f32"), positions * hidden * sizeof(float));
+  std::ifstream routes(fs::path(dump) / "routes.jsonl");
+  size_t lines = 0;
+  for (std::string line; std::getline(routes, line);) ++lines;
+  EXPECT_EQ(lines, positions * (layers - 1));
+  std::ifstream a(out, std::ios::binary), b(out2, std::ios::binary);
+  const std::string bytes_a((std::istreambuf_iterator<char>(a)), {});
+  const std::string bytes_b((std::istreambuf_iterator<char>(b)), {});
+  EXPECT_EQ(bytes_a, bytes_b) << "--dump changed the logits";
 }
 
 TEST_F(DemoTest, ActivationsStayWellScaledThroughK3Depth) {
