@@ -3,6 +3,7 @@
 #include "deltafin/engine.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "base/thread_pool.h"
 #include "model/forward.h"
@@ -52,7 +53,8 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
       bind.audit_expert_scales = all_expert_bytes <= (4ull << 30);
       break;
   }
-  DF_ASSIGN_OR_RETURN(impl->weights, ModelWeights::Load(options.model_dir, bind));
+  DF_ASSIGN_OR_RETURN(impl->weights,
+                      ModelWeights::Load(options.model_dir, std::move(config), bind));
   const ModelConfig& c = impl->weights->config;
   int64_t capacity = options.context_capacity;
   if (capacity <= 0) capacity = std::min<int64_t>(c.max_position_embeddings, 4096);

@@ -41,15 +41,21 @@ void ForwardPass::Reset() {
   for (auto& m : mla_) m.length = 0;
 }
 
+// The AttnRes sources of position t: its anchors, then its running partial (spec §4.3).
+const float* const* ForwardPass::Sources(int64_t t, int64_t n_anchors) {
+  const int64_t h = c_.hidden_size;
+  for (int64_t j = 0; j < n_anchors; ++j) {
+    sources_[static_cast<size_t>(j)] = anchors_.data() + (t * max_anchors_ + j) * h;
+  }
+  sources_[static_cast<size_t>(n_anchors)] = partial_.data() + t * h;
+  return sources_.data();
+}
+
 // AttnRes mix of [anchors of position t..., partial of t] for every position of the chunk.
 void ForwardPass::Mix(const AlignedBuffer<float>& query, int64_t n, int64_t n_anchors, float* out) {
   const int64_t h = c_.hidden_size;
   for (int64_t t = 0; t < n; ++t) {
-    for (int64_t j = 0; j < n_anchors; ++j) {
-      sources_[static_cast<size_t>(j)] = anchors_.data() + (t * max_anchors_ + j) * h;
-    }
-    sources_[static_cast<size_t>(n_anchors)] = partial_.data() + t * h;
-    AttnResMix(sources_.data(), n_anchors + 1, query.data(), h, c_.rms_norm_eps, out + t * h);
+    AttnResMix(Sources(t, n_anchors), n_anchors + 1, query.data(), h, c_.rms_norm_eps, out + t * h);
   }
 }
 
@@ -64,11 +70,7 @@ void ForwardPass::Emit(int64_t n, int64_t layer, const char* name, const float* 
 
 void ForwardPass::Tail(int64_t t, int64_t n_anchors, float* logits) {
   const int64_t h = c_.hidden_size;
-  for (int64_t j = 0; j < n_anchors; ++j) {
-    sources_[static_cast<size_t>(j)] = anchors_.data() + (t * max_anchors_ + j) * h;
-  }
-  sources_[static_cast<size_t>(n_anchors)] = partial_.data() + t * h;
-  AttnResMix(sources_.data(), n_anchors + 1, w_.tail_res_query.data(), h, c_.rms_norm_eps,
+  AttnResMix(Sources(t, n_anchors), n_anchors + 1, w_.tail_res_query.data(), h, c_.rms_norm_eps,
              tail_.data());
   RmsNorm(tail_.data(), w_.final_norm.data(), h, c_.rms_norm_eps, tail_.data());
   if (observer_) observer_->OnActivation(position_ + t, -1, "final_hidden", tail_.span());

@@ -35,6 +35,7 @@ class ForwardPass {
   void SetObserver(ForwardObserver* observer) { observer_ = observer; }
 
  private:
+  const float* const* Sources(int64_t t, int64_t n_anchors);
   void Mix(const AlignedBuffer<float>& query, int64_t n, int64_t n_anchors, float* out);
   void Emit(int64_t n, int64_t layer, const char* name, const float* values, int64_t width);
   void Tail(int64_t t, int64_t n_anchors, float* logits);

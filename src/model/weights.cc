@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <unordered_map>
+#include <utility>
 
 #include "model/tensor_roster.h"
 #include "quant/bf16.h"
@@ -237,8 +238,15 @@ Status BindLayer(const ModelConfig& c, const Checkpoint& ckpt, int64_t layer,
 
 Result<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& model_dir,
                                                          const BindOptions& options) {
+  DF_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
+  return Load(model_dir, std::move(config), options);
+}
+
+Result<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& model_dir,
+                                                         ModelConfig config,
+                                                         const BindOptions& options) {
   auto w = std::make_unique<ModelWeights>();
-  DF_ASSIGN_OR_RETURN(w->config, LoadModelConfig(model_dir));
+  w->config = std::move(config);
   DF_ASSIGN_OR_RETURN(w->checkpoint, Checkpoint::Open(model_dir));
   const ModelConfig& c = w->config;
   w->expert_layout = ExpertLayout::For(c);

@@ -107,6 +107,9 @@ struct ModelWeights {
 
   static Result<std::unique_ptr<ModelWeights>> Load(const std::string& model_dir,
                                                     const BindOptions& options);
+  // The same with the model's config.json already parsed (callers that needed it first).
+  static Result<std::unique_ptr<ModelWeights>> Load(const std::string& model_dir,
+                                                    ModelConfig config, const BindOptions& options);
 };
 
 // Checks that every scale byte of one expert lies in [2, 252]; the error names the tensor.

@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 
+#include "cli_runner.h"
 #include "deltafin/engine.h"
 
 namespace deltafin {
@@ -22,21 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CommandResult {
-  int exit_code;
-  std::string output;
-};
-
-CommandResult RunCommand(const std::string& command) {
-  CommandResult r{-1, ""};
-  std::FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), pipe) != nullptr) r.output += buf.data();
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using testing::RunCli;
 
 class DemoTest : public ::testing::Test {
  protected:
@@ -48,7 +35,6 @@ class DemoTest : public ::testing::Test {
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
-  std::string Bin() const { return DF_BINARY; }
   fs::path dir_;
 };
 
@@ -69,9 +55,9 @@ class ScaleObserver : public ForwardObserver {
 
 TEST_F(DemoTest, MakeModelThenRunGeneratesTokens) {
   const std::string model = (dir_ / "model").string();
-  auto made = RunCommand(Bin() + " make-model --preset tiny --seed 7 --out " + model);
+  auto made = RunCli("make-model --preset tiny --seed 7 --out " + model);
   ASSERT_EQ(made.exit_code, 0) << made.output;
-  auto run = RunCommand(Bin() + " run --model " + model + " --prompt-ids 72,101,108 --max-new 5");
+  auto run = RunCli("run --model " + model + " --prompt-ids 72,101,108 --max-new 5");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   // The first line of stdout is a JSON array of 5 ids (stderr has the timing line).
   const auto open = run.output.find('['), close = run.output.find(']');
@@ -81,8 +67,7 @@ TEST_F(DemoTest, MakeModelThenRunGeneratesTokens) {
 
   // logits: the file holds [3, vocab] floats and matches a second, identical run.
   const std::string out = (dir_ / "logits.f32").string();
-  auto logits =
-      RunCommand(Bin() + " logits --model " + model + " --tokens 72,101,108 --out " + out);
+  auto logits = RunCli("logits --model " + model + " --tokens 72,101,108 --out " + out);
   ASSERT_EQ(logits.exit_code, 0) << logits.output;
   EXPECT_EQ(fs::file_size(out), 3u * 1024u * sizeof(float));
 
@@ -90,8 +75,8 @@ TEST_F(DemoTest, MakeModelThenRunGeneratesTokens) {
   // layer, next to logits identical to the run without it.
   const std::string dump = (dir_ / "dump").string();
   const std::string out2 = (dir_ / "logits2.f32").string();
-  auto dumped = RunCommand(Bin() + " logits --model " + model + " --tokens 72,101,108 --out " +
-                           out2 + " --dump " + dump);
+  auto dumped =
+      RunCli("logits --model " + model + " --tokens 72,101,108 --out " + out2 + " --dump " + dump);
   ASSERT_EQ(dumped.exit_code, 0) << dumped.output;
   const size_t hidden = 256, layers = 9, positions = 3;
   for (const char* name : {"attn_in", "attn_out", "ffn_in", "ffn_out", "layer_out"}) {
@@ -116,9 +101,9 @@ TEST_F(DemoTest, MakeModelThenRunGeneratesTokens) {
 TEST_F(DemoTest, ActivationsStayWellScaledThroughK3Depth) {
   const std::string model = (dir_ / "deep").string();
   // K3's depth and layer schedule at tiny width; fewer experts keep the file small.
-  auto made = RunCommand(Bin() + " make-model --preset tiny --seed 3 --no-sync --out " + model +
-                         " --set num_hidden_layers=93 --set num_experts=16"
-                         " --set num_expert_group=1 --set topk_group=1");
+  auto made = RunCli("make-model --preset tiny --seed 3 --no-sync --out " + model +
+                     " --set num_hidden_layers=93 --set num_experts=16"
+                     " --set num_expert_group=1 --set topk_group=1");
   ASSERT_EQ(made.exit_code, 0) << made.output;
   EngineOptions options;
   options.model_dir = model;
@@ -155,14 +140,14 @@ TEST_F(DemoTest, ActivationsStayWellScaledThroughK3Depth) {
 
 TEST_F(DemoTest, HelpIsAvailableForEveryCommand) {
   for (const char* cmd : {"", " make-model", " run", " logits", " trace-stats"}) {
-    auto r = RunCommand(Bin() + cmd + " --help");
+    auto r = RunCli(std::string(cmd) + " --help");
     EXPECT_EQ(r.exit_code, 0) << cmd;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << cmd << r.output;
   }
 }
 
 TEST_F(DemoTest, UnknownCommandFails) {
-  auto r = RunCommand(Bin() + " frobnicate");
+  auto r = RunCli("frobnicate");
   EXPECT_NE(r.exit_code, 0);
 }
 

@@ -13,27 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "cli_runner.h"
+
 namespace deltafin {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct CommandResult {
-  int exit_code;
-  std::string output;
-};
-
-CommandResult RunCommand(const std::string& command) {
-  CommandResult r{-1, ""};
-  std::FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), pipe) != nullptr) r.output += buf.data();
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using testing::RunCli;
 
 class TraceTest : public ::testing::Test {
  protected:
@@ -45,13 +33,12 @@ class TraceTest : public ::testing::Test {
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
-  std::string Bin() const { return DF_BINARY; }
   fs::path dir_;
 };
 
 TEST_F(TraceTest, RunTraceThenTraceStats) {
   const std::string model = (dir_ / "model").string();
-  auto made = RunCommand(Bin() + " make-model --preset tiny --seed 7 --no-sync --out " + model);
+  auto made = RunCli("make-model --preset tiny --seed 7 --no-sync --out " + model);
   ASSERT_EQ(made.exit_code, 0) << made.output;
   std::ifstream config_in(model + "/config.json");
   const json config = json::parse(config_in, nullptr, false);
@@ -67,7 +54,7 @@ TEST_F(TraceTest, RunTraceThenTraceStats) {
   // 6 generated tokens of which the first 5 are fed back: 10 positions.
   const std::string trace = (dir_ / "router_trace.jsonl").string();
   const std::string flags = " --prompt-ids 72,101,108,108,111 --prefill-chunk 2 --max-new 6";
-  auto run = RunCommand(Bin() + " run --model " + model + flags + " --ignore-eos --trace " + trace);
+  auto run = RunCli("run --model " + model + flags + " --ignore-eos --trace " + trace);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const auto open = run.output.find('['), close = run.output.find(']');
   ASSERT_NE(open, std::string::npos) << run.output;
@@ -108,7 +95,7 @@ TEST_F(TraceTest, RunTraceThenTraceStats) {
   EXPECT_EQ(n, fed.size());
 
   const std::string stats_json = (dir_ / "stats.json").string();
-  auto stats = RunCommand(Bin() + " trace-stats " + trace + " --json " + stats_json);
+  auto stats = RunCli("trace-stats " + trace + " --json " + stats_json);
   ASSERT_EQ(stats.exit_code, 0) << stats.output;
   EXPECT_NE(stats.output.find("tokens 10, MoE layers " + std::to_string(num_layers - first_moe)),
             std::string::npos)
@@ -126,7 +113,7 @@ TEST_F(TraceTest, RunTraceThenTraceStats) {
   EXPECT_EQ(s.at("lru").at("hits").back().get<int64_t>(), s.at("accesses").get<int64_t>() - keys);
 
   // Errors: one line, exit 1.
-  auto missing = RunCommand(Bin() + " trace-stats " + (dir_ / "nope.jsonl").string());
+  auto missing = RunCli("trace-stats " + (dir_ / "nope.jsonl").string());
   EXPECT_EQ(missing.exit_code, 1) << missing.output;
   EXPECT_NE(missing.output.find("cannot open"), std::string::npos) << missing.output;
   {
@@ -135,7 +122,7 @@ TEST_F(TraceTest, RunTraceThenTraceStats) {
     std::getline(good, line);
     bad << line << "\n{not json\n";
   }
-  auto bad = RunCommand(Bin() + " trace-stats " + (dir_ / "bad.jsonl").string());
+  auto bad = RunCli("trace-stats " + (dir_ / "bad.jsonl").string());
   EXPECT_EQ(bad.exit_code, 1) << bad.output;
   EXPECT_NE(bad.output.find("bad.jsonl:2: malformed JSON"), std::string::npos) << bad.output;
 }

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli_runner.h"
 #include "unit/test_files.h"
 
 namespace deltafin {
@@ -35,33 +36,9 @@ using testing::WriteTextFile;
 
 std::string GoldenModelDir() { return std::string(DF_TEST_DATA_DIR) + "/golden/tiny-k3"; }
 
-struct CliRun {
-  int exit_code = -1;  // -1: the shell did not exit normally
-  std::string output;  // stdout and stderr together
-};
-
-std::string Quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-// Runs the CLI under a 60 s timeout. A crash shows as 128 + signal, a timeout as 124.
-CliRun RunCli(const std::string& args) {
-  const std::string cmd = "timeout 60 " + Quote(DF_BINARY) + " " + args + " 2>&1";
-  CliRun run;
-  std::FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "popen failed: " << cmd;
-    return run;
-  }
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) run.output.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  if (status != -1 && WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
-  return run;
-}
+using testing::CliRun;
+using testing::RunCli;
+using testing::ShellQuote;
 
 // The parsed header of one shard: JSON in file order, its length and the data section's size.
 struct ShardHeader {
@@ -146,8 +123,8 @@ class BadModelTest : public ::testing::Test {
   std::string IndexPath() const { return model_ + "/model.safetensors.index.json"; }
 
   CliRun RunLogits(const std::string& model_dir, const std::string& tokens = "1,2") {
-    return RunCli("logits --model " + Quote(model_dir) + " --tokens " + Quote(tokens) + " --out " +
-                  Quote(out_));
+    return RunCli("logits --model " + ShellQuote(model_dir) + " --tokens " + ShellQuote(tokens) +
+                  " --out " + ShellQuote(out_));
   }
   CliRun RunLogits() { return RunLogits(model_); }
 
