@@ -56,6 +56,23 @@ class ForwardObserver {
                        std::span<const int32_t> /*experts*/, std::span<const float> /*weights*/) {}
 };
 
+// Cumulative counters of one session since it was created (or since ResetStats()). Filled by the
+// forward pass and the expert source; read by `run --stats`, `bench decode` and the server's
+// /metrics. "Loads" count (layer, expert) pairs a forward pass needed, once per chunk.
+struct SessionStats {
+  uint64_t positions = 0;          // tokens fed (prefill and decode)
+  uint64_t forward_calls = 0;      // ForwardPass runs (one per decode step or prefill chunk)
+  uint64_t expert_loads = 0;       // experts a layer needed (the union over the chunk)
+  uint64_t expert_cache_hits = 0;  // of those, already in RAM (cache, prefetch or mapping)
+  uint64_t prefetch_hits = 0;      // of the hits, brought in by the prefetcher
+  uint64_t prefetch_issued = 0;    // experts the prefetcher started reading
+  uint64_t prefetch_wasted = 0;    // prefetched experts evicted or cancelled without being used
+  uint64_t expert_bytes_read = 0;  // expert bytes read from disk or network by this session
+  uint64_t spine_bytes_read = 0;   // spine bytes read from disk (streamed spine only)
+  double io_wait_seconds = 0;      // time the forward pass waited for expert or spine reads
+  double compute_seconds = 0;      // wall time of forward passes minus io_wait_seconds
+};
+
 class Engine;
 
 class Session {
@@ -74,6 +91,8 @@ class Session {
   // Forgets the sequence (state zeroed, position 0); keeps the reserved memory.
   void Reset();
   void SetObserver(ForwardObserver* observer);
+  const SessionStats& stats() const;
+  void ResetStats();
 
  private:
   friend class Engine;

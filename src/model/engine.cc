@@ -120,6 +120,8 @@ std::span<const float> Session::Logits() const { return impl_->logits.span(); }
 int64_t Session::position() const { return impl_->forward.position(); }
 void Session::Reset() { impl_->forward.Reset(); }
 void Session::SetObserver(ForwardObserver* observer) { impl_->forward.SetObserver(observer); }
+const SessionStats& Session::stats() const { return impl_->forward.stats(); }
+void Session::ResetStats() { impl_->forward.ResetStats(); }
 
 int32_t ArgmaxToken(std::span<const float> logits) {
   size_t best = 0;

@@ -1,5 +1,6 @@
 #include "model/forward.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "kernels/matvec.h"
@@ -91,6 +92,8 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
                            " is outside the vocabulary [0, " + std::to_string(c_.vocab_size) + ")");
     }
   }
+  const auto start = std::chrono::steady_clock::now();
+  const double io_wait_before = stats_.io_wait_seconds;
   // Embedding rows, widened exactly.
   for (int64_t t = 0; t < n; ++t) {
     const uint16_t* row = w_.embed_tokens + static_cast<int64_t>(tokens[t]) * h;
@@ -143,7 +146,8 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
     }
     Emit(n, i, "ffn_in", normed_.data(), h);
     if (lw.is_moe) {
-      MoeForward(c_, lw.moe, w_.expert_layout, normed_.data(), n, &ffn_scratch_, sublayer_.data());
+      MoeForward(c_, lw.moe, w_.expert_layout, normed_.data(), n, &ffn_scratch_, sublayer_.data(),
+                 &stats_);
       if (observer_) {
         const int64_t k = c_.num_experts_per_token;
         for (int64_t t = 0; t < n; ++t) {
@@ -167,6 +171,11 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
     Tail(n - 1, n_anchors, logits);
   }
   position_ += n;
+  stats_.positions += static_cast<uint64_t>(n);
+  stats_.forward_calls += 1;
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats_.compute_seconds += wall - (stats_.io_wait_seconds - io_wait_before);
   return Status::Ok();
 }
 

@@ -33,6 +33,8 @@ class ForwardPass {
   int64_t max_chunk() const { return max_chunk_; }
   void Reset();
   void SetObserver(ForwardObserver* observer) { observer_ = observer; }
+  const SessionStats& stats() const { return stats_; }
+  void ResetStats() { stats_ = SessionStats{}; }
 
  private:
   const float* const* Sources(int64_t t, int64_t n_anchors);
@@ -47,6 +49,7 @@ class ForwardPass {
   int64_t position_ = 0;
   int64_t max_anchors_;
   ForwardObserver* observer_ = nullptr;
+  SessionStats stats_;
 
   std::vector<KdaState> kda_;  // [layers] (only KDA layers initialised)
   std::vector<MlaCache> mla_;  // [layers] (only MLA layers initialised)

@@ -40,7 +40,7 @@ void GatedFfnForward(const ModelConfig& c, const GatedFfnWeights& w, const float
 }
 
 void MoeForward(const ModelConfig& c, const MoeWeights& w, const ExpertLayout& layout,
-                const float* x, int64_t n, FfnScratch* s, float* out) {
+                const float* x, int64_t n, FfnScratch* s, float* out, SessionStats* stats) {
   const int64_t hidden = c.hidden_size, latent = c.routed_expert_hidden_size,
                 inter = c.moe_intermediate_size, k = c.num_experts_per_token,
                 n_experts = c.num_experts;
@@ -64,6 +64,9 @@ void MoeForward(const ModelConfig& c, const MoeWeights& w, const ExpertLayout& l
       ++m;
     }
     if (m == 0) continue;
+    // Mapped experts are always "in RAM"; the streaming source does its own accounting.
+    stats->expert_loads += 1;
+    stats->expert_cache_hits += 1;
     const uint8_t* span = w.expert_spans[static_cast<size_t>(e)];
     kernels::MatMulMxfp4(span + layout.w1_packed, span + layout.w1_scale, inter, latent,
                          s->z_gathered.data(), m, s->u1.data());

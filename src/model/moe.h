@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "base/aligned_buffer.h"
+#include "deltafin/engine.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -41,8 +42,9 @@ struct FfnScratch {
 void GatedFfnForward(const ModelConfig& c, const GatedFfnWeights& w, const float* x, int64_t n,
                      FfnScratch* s, float* out);
 
-// out[n, H] = LatentMoE(x) + shared(x). Routes are left in s->ids / s->weights.
+// out[n, H] = LatentMoE(x) + shared(x). Routes are left in s->ids / s->weights; expert loads are
+// counted in *stats.
 void MoeForward(const ModelConfig& c, const MoeWeights& w, const ExpertLayout& layout,
-                const float* x, int64_t n, FfnScratch* s, float* out);
+                const float* x, int64_t n, FfnScratch* s, float* out, SessionStats* stats);
 
 }  // namespace deltafin
