@@ -12,6 +12,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "deltafin/expert_fetcher.h"
 
 namespace deltafin {
 
@@ -27,6 +28,9 @@ struct EngineOptions {
   ScaleAudit audit_expert_scales = ScaleAudit::kAuto;
   // Compute threads for the kernels (process-wide). 0: every CPU the process may use.
   int threads = 0;
+  // Stream installs: fetches experts that are not on the local disk yet (null for a full install
+  // or a plain snapshot folder). The engine calls it before reading any expert's bytes.
+  std::shared_ptr<ExpertFetcher> expert_fetcher;
 };
 
 struct ModelInfo {
