@@ -44,13 +44,20 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
                                     static_cast<uint64_t>(config.num_moe_layers());
   switch (options.audit_expert_scales) {
     case EngineOptions::ScaleAudit::kOn:
+      if (options.expert_fetcher != nullptr) {
+        return Status::Error(
+            "auditing every expert scale needs every expert on disk; this is a stream install "
+            "(run `deltafin fetch-experts-all` first)");
+      }
       bind.audit_expert_scales = true;
       break;
     case EngineOptions::ScaleAudit::kOff:
       bind.audit_expert_scales = false;
       break;
     case EngineOptions::ScaleAudit::kAuto:
-      bind.audit_expert_scales = all_expert_bytes <= (4ull << 30);
+      // A stream install's missing experts are holes: its fetcher checks each expert it fetches.
+      bind.audit_expert_scales =
+          all_expert_bytes <= (4ull << 30) && options.expert_fetcher == nullptr;
       break;
   }
   DF_ASSIGN_OR_RETURN(impl->weights,
@@ -82,6 +89,7 @@ const ModelInfo& Engine::info() const { return impl_->info; }
 std::unique_ptr<Session> Engine::NewSession() const {
   const int64_t chunk = std::min(impl_->options.prefill_chunk, impl_->info.context_capacity);
   auto impl = std::make_unique<Session::Impl>(*impl_->weights, chunk, impl_->info.context_capacity);
+  impl->forward.SetExpertFetcher(impl_->options.expert_fetcher.get());
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 

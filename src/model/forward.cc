@@ -146,8 +146,9 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
     }
     Emit(n, i, "ffn_in", normed_.data(), h);
     if (lw.is_moe) {
-      MoeForward(c_, lw.moe, w_.expert_layout, normed_.data(), n, &ffn_scratch_, sublayer_.data(),
-                 &stats_);
+      const ExpertAccess access{&w_.expert_layout, expert_fetcher_, &stats_};
+      DF_RETURN_IF_ERROR(
+          MoeForward(c_, lw.moe, i, access, normed_.data(), n, &ffn_scratch_, sublayer_.data()));
       if (observer_) {
         const int64_t k = c_.num_experts_per_token;
         for (int64_t t = 0; t < n; ++t) {

@@ -33,6 +33,8 @@ class ForwardPass {
   int64_t max_chunk() const { return max_chunk_; }
   void Reset();
   void SetObserver(ForwardObserver* observer) { observer_ = observer; }
+  // Stream installs: asked to make experts local before they are read (not owned).
+  void SetExpertFetcher(ExpertFetcher* fetcher) { expert_fetcher_ = fetcher; }
   const SessionStats& stats() const { return stats_; }
   void ResetStats() { stats_ = SessionStats{}; }
 
@@ -49,6 +51,7 @@ class ForwardPass {
   int64_t position_ = 0;
   int64_t max_anchors_;
   ForwardObserver* observer_ = nullptr;
+  ExpertFetcher* expert_fetcher_ = nullptr;
   SessionStats stats_;
 
   std::vector<KdaState> kda_;  // [layers] (only KDA layers initialised)

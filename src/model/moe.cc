@@ -22,6 +22,7 @@ void FfnScratch::Reserve(const ModelConfig& c, int64_t max_positions) {
   z.Resize(sz(n * latent));
   z_gathered.Resize(sz(n * latent));
   members.Resize(sz(n));
+  needed.Resize(sz(std::min(n * k, c.num_experts)));
   u1.Resize(sz(n * inter));
   u3.Resize(sz(n * inter));
   y_expert.Resize(sz(n * latent));
@@ -39,8 +40,10 @@ void GatedFfnForward(const ModelConfig& c, const GatedFfnWeights& w, const float
   kernels::MatMulBf16(w.down_proj.data, hidden, width, s->gate.data(), n, out);
 }
 
-void MoeForward(const ModelConfig& c, const MoeWeights& w, const ExpertLayout& layout,
-                const float* x, int64_t n, FfnScratch* s, float* out, SessionStats* stats) {
+Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
+                  const ExpertAccess& access, const float* x, int64_t n, FfnScratch* s,
+                  float* out) {
+  const ExpertLayout& layout = *access.layout;
   const int64_t hidden = c.hidden_size, latent = c.routed_expert_hidden_size,
                 inter = c.moe_intermediate_size, k = c.num_experts_per_token,
                 n_experts = c.num_experts;
@@ -52,6 +55,23 @@ void MoeForward(const ModelConfig& c, const MoeWeights& w, const ExpertLayout& l
           s->ids.data() + t * k, s->weights.data() + t * k);
   }
   kernels::MatMulBf16(w.latent_down.data, latent, hidden, x, n, s->z.data());
+
+  // A stream install fetches the experts it does not have yet, all of the layer's at once.
+  if (access.fetcher != nullptr) {
+    int64_t missing = 0;
+    for (int64_t i = 0; i < n * k; ++i) {
+      const int32_t e = s->ids[static_cast<size_t>(i)];
+      if (access.fetcher->IsLocal(layer, e)) continue;
+      bool listed = false;
+      for (int64_t j = 0; j < missing && !listed; ++j)
+        listed = s->needed[static_cast<size_t>(j)] == e;
+      if (!listed) s->needed[static_cast<size_t>(missing++)] = e;
+    }
+    if (missing > 0) {
+      DF_RETURN_IF_ERROR(
+          access.fetcher->FetchExperts(layer, {s->needed.data(), static_cast<size_t>(missing)}));
+    }
+  }
 
   // Run each expert once over every position that selected it.
   const auto latent_bytes = static_cast<size_t>(latent) * sizeof(float);
@@ -65,8 +85,8 @@ void MoeForward(const ModelConfig& c, const MoeWeights& w, const ExpertLayout& l
     }
     if (m == 0) continue;
     // Mapped experts are always "in RAM"; the streaming source does its own accounting.
-    stats->expert_loads += 1;
-    stats->expert_cache_hits += 1;
+    access.stats->expert_loads += 1;
+    access.stats->expert_cache_hits += 1;
     const uint8_t* span = w.expert_spans[static_cast<size_t>(e)];
     kernels::MatMulMxfp4(span + layout.w1_packed, span + layout.w1_scale, inter, latent,
                          s->z_gathered.data(), m, s->u1.data());
@@ -95,6 +115,7 @@ void MoeForward(const ModelConfig& c, const MoeWeights& w, const ExpertLayout& l
   kernels::MatMulBf16(w.latent_up.data, hidden, latent, s->r.data(), n, s->routed.data());
   GatedFfnForward(c, w.shared, x, n, s, out);
   for (int64_t i = 0; i < n * hidden; ++i) out[i] = s->routed[static_cast<size_t>(i)] + out[i];
+  return Status::Ok();
 }
 
 }  // namespace deltafin

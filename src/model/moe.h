@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "base/aligned_buffer.h"
+#include "base/status.h"
 #include "deltafin/engine.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -30,6 +31,7 @@ struct FfnScratch {
   AlignedBuffer<float> z;           // [n, latent]
   AlignedBuffer<float> z_gathered;  // [n, latent] rows of the positions routed to one expert
   AlignedBuffer<int32_t> members;   // [n] (t*top_k + slot) of those positions
+  AlignedBuffer<int32_t> needed;    // [min(n*top_k, experts)] the chunk's expert union
   AlignedBuffer<float> u1, u3;      // [n, inter]
   AlignedBuffer<float> y_expert;    // [n, latent]
   AlignedBuffer<float> y_slots;     // [n, top_k, latent]
@@ -42,9 +44,17 @@ struct FfnScratch {
 void GatedFfnForward(const ModelConfig& c, const GatedFfnWeights& w, const float* x, int64_t n,
                      FfnScratch* s, float* out);
 
-// out[n, H] = LatentMoE(x) + shared(x). Routes are left in s->ids / s->weights; expert loads are
-// counted in *stats.
-void MoeForward(const ModelConfig& c, const MoeWeights& w, const ExpertLayout& layout,
-                const float* x, int64_t n, FfnScratch* s, float* out, SessionStats* stats);
+// Where a MoE layer's experts come from, for one forward pass.
+struct ExpertAccess {
+  const ExpertLayout* layout = nullptr;
+  ExpertFetcher* fetcher = nullptr;  // stream installs: makes missing experts local first
+  SessionStats* stats = nullptr;
+};
+
+// out[n, H] = LatentMoE(x) + shared(x) for MoE layer `layer`. Routes are left in s->ids /
+// s->weights; expert loads are counted in access.stats. Fails only when a stream install cannot
+// fetch an expert.
+Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
+                  const ExpertAccess& access, const float* x, int64_t n, FfnScratch* s, float* out);
 
 }  // namespace deltafin
