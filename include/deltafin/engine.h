@@ -31,6 +31,18 @@ struct EngineOptions {
   // Stream installs: fetches experts that are not on the local disk yet (null for a full install
   // or a plain snapshot folder). The engine calls it before reading any expert's bytes.
   std::shared_ptr<ExpertFetcher> expert_fetcher;
+
+  // Memory and expert streaming (docs/STREAMING.md).
+  // RAM the engine may use, in bytes; 0: the machine's (cgroup-aware) minus headroom.
+  uint64_t mem_limit = 0;
+  // kAuto maps every expert when the model fits the budget and streams them from disk otherwise.
+  enum class Experts { kAuto, kMapped, kStreamed };
+  Experts experts = Experts::kAuto;
+  uint64_t expert_cache_bytes = 0;  // streamed experts: RAM cache size; 0 = what the plan leaves
+  int io_threads = 8;               // concurrent expert reads (the disk queue depth)
+  bool direct_io = true;            // O_DIRECT / F_NOCACHE expert reads (else buffered)
+  bool prefetch = true;             // router lookahead: read the next layer's likely experts early
+  bool verify_expert_reads = true;  // check every read expert's scale bytes lie in [2, 252]
 };
 
 struct ModelInfo {
@@ -44,6 +56,13 @@ struct ModelInfo {
   int64_t bos_token_id = 0;
   int64_t context_capacity = 0;
   uint64_t expert_bytes = 0;
+  // The memory plan (what is resident, what streams, the cache size), for the startup log.
+  std::string memory_plan;
+  bool experts_streamed = false;
+  uint64_t expert_cache_bytes = 0;
+  uint64_t spine_bytes = 0;
+  uint64_t memory_budget = 0;
+  const char* expert_read_mode = "mapped";  // "direct", "buffered" or "mapped"
 };
 
 // Receives intermediate values during a forward pass (debug dumps, route tests, traces).
@@ -114,6 +133,14 @@ class Engine {
 
   const ModelInfo& info() const;
   std::unique_ptr<Session> NewSession() const;
+
+  // The memory plan Load would make for `options` (ModelInfo's plan fields and model shape),
+  // from config.json alone: no weights are read.
+  static Result<ModelInfo> Plan(const EngineOptions& options);
+  // Disk read bandwidth in bytes/s for the expert access pattern of decode: `count` experts at
+  // random across all MoE layers, with the engine's I/O threads and read mode (direct or
+  // buffered). Not to be called while a session of this engine runs a forward pass.
+  Result<double> ProbeExpertReadBandwidth(int64_t count, uint64_t seed) const;
 
  private:
   struct Impl;

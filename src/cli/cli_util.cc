@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "experts/memory_plan.h"
 
 namespace deltafin::cli {
 
@@ -20,9 +21,26 @@ void ModelFlags::Add(CLI::App* cmd) {
       ->check(CLI::IsMember({"auto", "on", "off"}));
   cmd->add_option("--threads", threads, "Compute threads (0 = every available CPU)")
       ->check(CLI::Range(0, 4096));
+  cmd->add_option("--mem-limit", mem_limit,
+                  "RAM the engine may use, e.g. 16G (default: the machine's or its cgroup's limit "
+                  "minus headroom)");
+  cmd->add_option("--experts", experts,
+                  "Routed experts: auto (mapped if the model fits the budget, else streamed), "
+                  "mapped, streamed")
+      ->check(CLI::IsMember({"auto", "mapped", "streamed"}));
+  cmd->add_option("--expert-cache", expert_cache,
+                  "Streamed experts: RAM cache size, e.g. 2G (default: what the budget leaves)");
+  cmd->add_option("--io-threads", io_threads, "Streamed experts: concurrent reads (queue depth)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--io", io, "Streamed experts: direct (O_DIRECT / F_NOCACHE) or buffered reads")
+      ->check(CLI::IsMember({"direct", "buffered"}));
+  cmd->add_flag("--no-prefetch", no_prefetch,
+                "Streamed experts: no router lookahead (read each layer's experts when routed)");
+  cmd->add_flag("--no-verify-reads", no_verify_reads,
+                "Streamed experts: skip the scale-byte check of every expert read");
 }
 
-Result<std::unique_ptr<Engine>> ModelFlags::LoadEngine() const {
+Result<EngineOptions> ModelFlags::Options() const {
   EngineOptions options;
   options.model_dir = model_dir;
   options.context_capacity = context;
@@ -31,7 +49,27 @@ Result<std::unique_ptr<Engine>> ModelFlags::LoadEngine() const {
   options.audit_expert_scales = audit == "on"    ? EngineOptions::ScaleAudit::kOn
                                 : audit == "off" ? EngineOptions::ScaleAudit::kOff
                                                  : EngineOptions::ScaleAudit::kAuto;
-  return Engine::Load(options);
+  if (!mem_limit.empty()) {
+    DF_ASSIGN_OR_RETURN(options.mem_limit, ParseByteSize(mem_limit));
+  }
+  if (!expert_cache.empty()) {
+    DF_ASSIGN_OR_RETURN(options.expert_cache_bytes, ParseByteSize(expert_cache));
+  }
+  options.experts = experts == "mapped"     ? EngineOptions::Experts::kMapped
+                    : experts == "streamed" ? EngineOptions::Experts::kStreamed
+                                            : EngineOptions::Experts::kAuto;
+  options.io_threads = io_threads;
+  options.direct_io = io == "direct";
+  options.prefetch = !no_prefetch;
+  options.verify_expert_reads = !no_verify_reads;
+  return options;
+}
+
+Result<std::unique_ptr<Engine>> ModelFlags::LoadEngine() const {
+  DF_ASSIGN_OR_RETURN(EngineOptions options, Options());
+  DF_ASSIGN_OR_RETURN(auto engine, Engine::Load(options));
+  if (!quiet_plan) LogInfo(engine->info().memory_plan);
+  return engine;
 }
 
 Result<std::vector<int32_t>> ParseTokenList(const std::string& text) {

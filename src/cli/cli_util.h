@@ -19,7 +19,17 @@ struct ModelFlags {
   int64_t prefill_chunk = 32;
   std::string audit = "auto";
   int threads = 0;  // compute threads; 0 = every available CPU
+  // Memory and expert streaming (docs/STREAMING.md).
+  std::string mem_limit;  // "" = the machine's budget
+  std::string experts = "auto";
+  std::string expert_cache;  // "" = what the plan leaves
+  int io_threads = 8;
+  std::string io = "direct";
+  bool no_prefetch = false;
+  bool no_verify_reads = false;
+  bool quiet_plan = false;  // do not print the memory plan at load
   void Add(CLI::App* cmd);
+  Result<EngineOptions> Options() const;
   Result<std::unique_ptr<Engine>> LoadEngine() const;
 };
 

@@ -1,5 +1,5 @@
 // `deltafin bench kernels`: memory bandwidth and kernel throughput on K3's shapes
-// (bench/kernels_bench.h). Future benchmarks become further `bench` subcommands.
+// (bench/kernels_bench.h), and `bench decode` (cmd_bench_decode.cc).
 #include <memory>
 
 #include "bench/kernels_bench.h"
@@ -30,6 +30,7 @@ void RegisterBench(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   kernels->add_flag("--quick", opts->quick, "Shapes 8x smaller in each dimension (smoke test)");
   kernels->callback([opts, exit_code] { *exit_code = bench::RunKernelsBench(*opts); });
+  RegisterBenchDecode(bench, exit_code);
 }
 
 }  // namespace deltafin::cli

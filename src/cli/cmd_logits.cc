@@ -98,6 +98,7 @@ void RegisterLogits(CLI::App& app, int* exit_code) {
       "Write the fp32 logits of every position of a token list as raw little-endian float32, "
       "row-major [positions, vocab]");
   args->model.Add(cmd);
+  args->model.quiet_plan = true;  // stdout and stderr stay for the logits and errors
   cmd->add_option("--tokens", args->tokens, "Comma-separated token ids, e.g. 1,2,3")->required();
   cmd->add_option("--out", args->out, "Output file")->required();
   cmd->add_option("--dump", args->dump_dir,

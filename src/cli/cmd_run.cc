@@ -1,7 +1,8 @@
 // `deltafin run`: greedy generation from a prompt of token ids (--prompt-ids) or text (--prompt,
 // optionally as one user turn of K3's chat template with --chat). Prints the generated ids (one
 // JSON array on stdout) and, when the model folder has a tokenizer, the decoded text after it.
-// --trace FILE writes the router trace (cli/router_trace.h, docs/TRACE.md).
+// --trace FILE writes the router trace (cli/router_trace.h, docs/TRACE.md); --stats and
+// --stats-json report where each token's time and bytes went (cli/token_stats.h).
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/router_trace.h"
+#include "cli/token_stats.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,6 +29,69 @@ struct RunArgs {
   int64_t max_new = 32;
   bool ignore_eos = false;
   std::string trace;
+  bool stats = false;
+  std::string stats_json;
+};
+
+// `--stats`: one line per fed position on stderr; `--stats-json`: the same as a JSON document.
+class StatsReporter {
+ public:
+  StatsReporter(const RunArgs& args, const Engine& engine, const Session& session)
+      : print_(args.stats), json_path_(args.stats_json), session_(session) {
+    if (!enabled()) return;
+    const ModelInfo& info = engine.info();
+    if (info.experts_streamed) {
+      // The floor's disk bandwidth: the decode access pattern, measured now on these files.
+      auto bps = engine.ProbeExpertReadBandwidth(256, 1);
+      if (bps.ok()) disk_bps_ = *bps;
+      char line[160];
+      std::snprintf(line, sizeof line,
+                    "stats: disk %.2f GB/s (256 random expert reads, %s I/O); floor = max(disk "
+                    "bytes / that, compute)",
+                    disk_bps_ / 1e9, info.expert_read_mode);
+      LogInfo(line);
+    } else {
+      LogInfo("stats: experts are mapped (all in RAM); floor = compute time");
+    }
+    doc_ = {{"model", info.model_dir},
+            {"experts_streamed", info.experts_streamed},
+            {"expert_read_mode", info.expert_read_mode},
+            {"disk_gbps", disk_bps_ / 1e9},
+            {"steps", nlohmann::json::array()}};
+  }
+  bool enabled() const { return print_ || !json_path_.empty(); }
+  void Begin() {
+    before_ = session_.stats();
+    io_before_ = ProcReadBytes();
+    start_ = std::chrono::steady_clock::now();
+  }
+  void End(const char* kind) {
+    StepStats step;
+    step.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    step.delta = Subtract(session_.stats(), before_);
+    step.proc_read_bytes = ProcReadBytes() - io_before_;
+    step.position = session_.position() - 1;
+    if (print_) LogInfo(std::string(kind) + " " + FormatStep(step, disk_bps_));
+    nlohmann::json j = StepJson(step, disk_bps_);
+    j["kind"] = kind;
+    j["positions"] = step.delta.positions;
+    doc_["steps"].push_back(std::move(j));
+  }
+  Status Write() const {
+    if (json_path_.empty()) return Status::Ok();
+    const std::string text = doc_.dump(1) + "\n";
+    return WriteFileAtomically(json_path_, text.data(), text.size());
+  }
+
+ private:
+  bool print_;
+  std::string json_path_;
+  const Session& session_;
+  double disk_bps_ = 0;
+  nlohmann::json doc_;
+  SessionStats before_;
+  uint64_t io_before_ = 0;
+  std::chrono::steady_clock::time_point start_;
 };
 
 int RunGenerate(const RunArgs& args) {
@@ -64,10 +129,13 @@ int RunGenerate(const RunArgs& args) {
     session->SetObserver(trace.get());
   }
 
+  StatsReporter stats(args, **engine, *session);
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
+  if (stats.enabled()) stats.Begin();
   Status st = session->Prefill(*ids);
   if (!st.ok()) return Fail(st);
+  if (stats.enabled()) stats.End("prefill");
   if (trace) {
     st = trace->WritePositions(0, *ids);
     if (!st.ok()) return Fail(st);
@@ -80,8 +148,10 @@ int RunGenerate(const RunArgs& args) {
     generated.push_back(next);
     if (next == info.eos_token_id && !args.ignore_eos) break;
     if (i + 1 == args.max_new) break;
+    if (stats.enabled()) stats.Begin();
     st = session->Decode(next);
     if (!st.ok()) return Fail(st);
+    if (stats.enabled()) stats.End("decode");
     if (trace) {
       st = trace->WritePositions(session->position() - 1, {&next, 1});
       if (!st.ok()) return Fail(st);
@@ -93,6 +163,8 @@ int RunGenerate(const RunArgs& args) {
     if (!st.ok()) return Fail(st);
   }
   const auto t2 = Clock::now();
+  st = stats.Write();
+  if (!st.ok()) return Fail(st);
   std::string out = "[";
   for (size_t i = 0; i < generated.size(); ++i) {
     out += (i ? "," : "") + std::to_string(generated[i]);
@@ -131,6 +203,10 @@ void RegisterRun(CLI::App& app, int* exit_code) {
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating after the stop token");
   cmd->add_option("--trace", args->trace,
                   "Write the router trace (one JSON line per fed position) to this file");
+  cmd->add_flag("--stats", args->stats,
+                "Print per token: time, expert and spine bytes read, cache and prefetch hits, I/O "
+                "wait vs compute, GB/s, the floor and the floor ratio");
+  cmd->add_option("--stats-json", args->stats_json, "Write the --stats numbers to this JSON file");
   cmd->callback([args, exit_code] { *exit_code = RunGenerate(*args); });
 }
 

@@ -3,10 +3,14 @@
 #include "deltafin/engine.h"
 
 #include <algorithm>
+#include <mutex>
 #include <utility>
 
 #include "base/thread_pool.h"
+#include "experts/expert_streamer.h"
+#include "experts/memory_plan.h"
 #include "model/forward.h"
+#include "model/tensor_roster.h"
 #include "model/weights.h"
 
 namespace deltafin {
@@ -15,6 +19,9 @@ struct Engine::Impl {
   EngineOptions options;
   ModelInfo info;
   std::unique_ptr<ModelWeights> weights;
+  // Streamed experts: one cache for all sessions, which therefore run one at a time.
+  std::unique_ptr<ExpertStreamer> streamer;
+  std::mutex stream_mutex;
 };
 
 struct Session::Impl {
@@ -24,24 +31,137 @@ struct Session::Impl {
   }
   ForwardPass forward;
   int64_t vocab;
-  AlignedBuffer<float> logits;  // [vocab] of the last fed position
+  AlignedBuffer<float> logits;         // [vocab] of the last fed position
+  std::mutex* stream_mutex = nullptr;  // held during a forward pass when experts stream
 };
+
+namespace {
+
+uint64_t SpecBytes(const std::vector<TensorSpec>& specs) {
+  uint64_t total = 0;
+  for (const auto& spec : specs) {
+    uint64_t n = DTypeSize(spec.dtype);
+    for (int64_t d : spec.shape) n *= static_cast<uint64_t>(d);
+    total += n;
+  }
+  return total;
+}
+
+// One session's recurrent state, latent cache and working buffers (forward.cc, kda.cc, mla.cc,
+// moe.cc reserve these), computed from the config with a margin for small buffers.
+uint64_t SessionBytes(const ModelConfig& c, int64_t chunk, int64_t capacity) {
+  const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+  const int64_t p = c.kda_width(), h = c.hidden_size, k = c.num_experts_per_token;
+  const int64_t anchors = (c.num_hidden_layers - 1) / c.attn_res_block_size + 1;
+  uint64_t floats = 0;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    if (c.layer_kinds[static_cast<size_t>(i)] == AttentionKind::kKda) {
+      floats += u(c.kda_heads * c.kda_head_dim * c.kda_head_dim + 3 * p * c.conv_kernel_size);
+    } else {
+      floats += u(capacity * (c.kv_lora_rank + c.qk_rope_head_dim));
+    }
+  }
+  const int64_t width = std::max(c.intermediate_size, c.shared_width());
+  const int64_t per_position =
+      h * (anchors + 6) + 7 * p + c.kda_head_dim + c.kda_heads + c.q_lora_rank +
+      c.mla_heads * (c.mla_q_head_dim() + 2 * c.v_head_dim) + c.kv_lora_rank + c.qk_rope_head_dim +
+      2 * width + c.num_experts + 4 * k + c.routed_expert_hidden_size * (4 + k) +
+      2 * c.moe_intermediate_size;
+  floats += u(chunk * per_position + 2 * c.vocab_size + capacity + 3 * c.num_experts);
+  return floats * 4 + (32ull << 20);
+}
+
+Result<MemoryPlan> PlanFor(const EngineOptions& o, const ModelConfig& c, int64_t chunk,
+                           int64_t capacity) {
+  MemoryNeeds needs;
+  needs.spine_bytes = SpecBytes(GlobalTensorSpecs(c));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const uint64_t layer = SpecBytes(LayerTensorSpecs(c, l));
+    needs.spine_bytes += layer;
+    needs.largest_layer_spine = std::max(needs.largest_layer_spine, layer);
+  }
+  needs.all_expert_bytes = c.ExpertBytes() * static_cast<uint64_t>(c.num_experts) *
+                           static_cast<uint64_t>(c.num_moe_layers());
+  needs.session_bytes = SessionBytes(c, chunk, capacity);
+  needs.min_expert_cache = ExpertStreamer::MinCacheBytes(c, o.io_threads);
+  MemoryBudget budget;
+  if (o.mem_limit > 0) {
+    budget = {o.mem_limit, "--mem-limit"};
+  } else {
+    DF_ASSIGN_OR_RETURN(budget, MachineMemoryBudget());
+  }
+  const auto placement = o.experts == EngineOptions::Experts::kMapped ? ExpertPlacement::kMapped
+                         : o.experts == EngineOptions::Experts::kStreamed
+                             ? ExpertPlacement::kStreamed
+                             : ExpertPlacement::kAuto;
+  return PlanMemory(needs, budget, placement, o.expert_cache_bytes);
+}
+
+}  // namespace
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
+namespace {
+
+// Everything Load decides from config.json alone: the model's shape, the context capacity and
+// the memory plan. Load fails here, before any weight is read, when the budget is too small.
+struct LoadPlan {
+  ModelInfo info;
+  MemoryPlan memory;
+};
+
+Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c) {
+  if (options.prefill_chunk < 1) return Status::Error("prefill chunk must be >= 1");
+  if (options.threads < 0) return Status::Error("threads must be >= 0");
+  int64_t capacity = options.context_capacity;
+  if (capacity <= 0) capacity = std::min<int64_t>(c.max_position_embeddings, 4096);
+  if (capacity > c.max_position_embeddings) {
+    return Status::Error("context capacity " + std::to_string(capacity) +
+                         " exceeds the model's max_position_embeddings " +
+                         std::to_string(c.max_position_embeddings));
+  }
+  const int64_t chunk = std::min(options.prefill_chunk, capacity);
+  LoadPlan p;
+  DF_ASSIGN_OR_RETURN(p.memory, PlanFor(options, c, chunk, capacity));
+  ModelInfo& info = p.info;
+  info.model_dir = options.model_dir;
+  info.vocab_size = c.vocab_size;
+  info.hidden_size = c.hidden_size;
+  info.num_layers = c.num_hidden_layers;
+  info.num_experts = c.num_experts;
+  info.experts_per_token = c.num_experts_per_token;
+  info.eos_token_id = c.eos_token_id;
+  info.bos_token_id = c.bos_token_id;
+  info.context_capacity = capacity;
+  info.expert_bytes = c.ExpertBytes();
+  info.memory_plan = p.memory.Describe();
+  info.experts_streamed = p.memory.experts_streamed;
+  info.expert_cache_bytes = p.memory.expert_cache_bytes;
+  info.spine_bytes = p.memory.needs.spine_bytes;
+  info.memory_budget = p.memory.budget.bytes;
+  info.expert_read_mode =
+      p.memory.experts_streamed ? (options.direct_io ? "direct" : "buffered") : "mapped";
+  return p;
+}
+
+}  // namespace
+
+Result<ModelInfo> Engine::Plan(const EngineOptions& options) {
+  DF_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(options.model_dir));
+  DF_ASSIGN_OR_RETURN(LoadPlan p, MakeLoadPlan(options, config));
+  return p.info;
+}
+
 Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  if (options.prefill_chunk < 1) return Status::Error("prefill chunk must be >= 1");
-  if (options.threads < 0) return Status::Error("threads must be >= 0");
+  DF_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(options.model_dir));
+  DF_ASSIGN_OR_RETURN(LoadPlan plan, MakeLoadPlan(options, config));
   if (options.threads > 0) SetDefaultThreadCount(options.threads);
   // Decide the scale audit from the config before binding (binding is where it happens).
-  DF_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(options.model_dir));
   BindOptions bind;
-  const uint64_t all_expert_bytes = config.ExpertBytes() *
-                                    static_cast<uint64_t>(config.num_experts) *
-                                    static_cast<uint64_t>(config.num_moe_layers());
+  const uint64_t all_expert_bytes = plan.memory.needs.all_expert_bytes;
   switch (options.audit_expert_scales) {
     case EngineOptions::ScaleAudit::kOn:
       if (options.expert_fetcher != nullptr) {
@@ -56,32 +176,31 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
       break;
     case EngineOptions::ScaleAudit::kAuto:
       // A stream install's missing experts are holes: its fetcher checks each expert it fetches.
-      bind.audit_expert_scales =
-          all_expert_bytes <= (4ull << 30) && options.expert_fetcher == nullptr;
+      // Streamed experts are checked as they are read (verify_expert_reads).
+      bind.audit_expert_scales = all_expert_bytes <= (4ull << 30) &&
+                                 options.expert_fetcher == nullptr && !plan.memory.experts_streamed;
       break;
   }
   DF_ASSIGN_OR_RETURN(impl->weights,
                       ModelWeights::Load(options.model_dir, std::move(config), bind));
-  const ModelConfig& c = impl->weights->config;
-  int64_t capacity = options.context_capacity;
-  if (capacity <= 0) capacity = std::min<int64_t>(c.max_position_embeddings, 4096);
-  if (capacity > c.max_position_embeddings) {
-    return Status::Error("context capacity " + std::to_string(capacity) +
-                         " exceeds the model's max_position_embeddings " +
-                         std::to_string(c.max_position_embeddings));
+  if (plan.memory.experts_streamed) {
+    DF_ASSIGN_OR_RETURN(auto reader, OpenShardSpanReader(*impl->weights, options.direct_io));
+    ExpertStreamOptions so;
+    so.cache_bytes = plan.memory.expert_cache_bytes;
+    so.io_threads = options.io_threads;
+    so.verify_scales = options.verify_expert_reads;
+    DF_ASSIGN_OR_RETURN(impl->streamer,
+                        ExpertStreamer::Create(*impl->weights, so, std::move(reader)));
+    plan.info.expert_read_mode = impl->streamer->read_mode();
   }
-  ModelInfo& info = impl->info;
-  info.model_dir = options.model_dir;
-  info.vocab_size = c.vocab_size;
-  info.hidden_size = c.hidden_size;
-  info.num_layers = c.num_hidden_layers;
-  info.num_experts = c.num_experts;
-  info.experts_per_token = c.num_experts_per_token;
-  info.eos_token_id = c.eos_token_id;
-  info.bos_token_id = c.bos_token_id;
-  info.context_capacity = capacity;
-  info.expert_bytes = c.ExpertBytes();
+  impl->info = std::move(plan.info);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Result<double> Engine::ProbeExpertReadBandwidth(int64_t count, uint64_t seed) const {
+  std::lock_guard<std::mutex> lock(impl_->stream_mutex);
+  DF_ASSIGN_OR_RETURN(auto reader, OpenShardSpanReader(*impl_->weights, impl_->options.direct_io));
+  return ProbeExpertReads(*impl_->weights, *reader, impl_->options.io_threads, count, seed);
 }
 
 const ModelInfo& Engine::info() const { return impl_->info; }
@@ -90,6 +209,10 @@ std::unique_ptr<Session> Engine::NewSession() const {
   const int64_t chunk = std::min(impl_->options.prefill_chunk, impl_->info.context_capacity);
   auto impl = std::make_unique<Session::Impl>(*impl_->weights, chunk, impl_->info.context_capacity);
   impl->forward.SetExpertFetcher(impl_->options.expert_fetcher.get());
+  if (impl_->streamer) {
+    impl->forward.SetExpertStreamer(impl_->streamer.get(), impl_->options.prefetch);
+    impl->stream_mutex = &impl_->stream_mutex;
+  }
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 
@@ -103,6 +226,8 @@ Status Session::Prefill(std::span<const int32_t> tokens, std::span<float> all_lo
     return Status::Error("all_logits must hold tokens.size() * vocab floats");
   }
   ForwardPass& f = impl_->forward;
+  std::unique_lock<std::mutex> lock;
+  if (impl_->stream_mutex != nullptr) lock = std::unique_lock<std::mutex>(*impl_->stream_mutex);
   for (size_t begin = 0; begin < tokens.size();) {
     const size_t n = std::min(tokens.size() - begin, static_cast<size_t>(f.max_chunk()));
     if (!all_logits.empty()) {
@@ -121,6 +246,8 @@ Status Session::Prefill(std::span<const int32_t> tokens, std::span<float> all_lo
 }
 
 Status Session::Decode(int32_t token) {
+  std::unique_lock<std::mutex> lock;
+  if (impl_->stream_mutex != nullptr) lock = std::unique_lock<std::mutex>(*impl_->stream_mutex);
   return impl_->forward.Run(&token, 1, false, impl_->logits.data());
 }
 

@@ -146,7 +146,12 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
     }
     Emit(n, i, "ffn_in", normed_.data(), h);
     if (lw.is_moe) {
-      const ExpertAccess access{&w_.expert_layout, expert_fetcher_, &stats_};
+      const bool next_is_moe =
+          i + 1 < c_.num_hidden_layers && w_.layers[static_cast<size_t>(i + 1)].is_moe;
+      const ExpertAccess access{
+          &w_.expert_layout, expert_fetcher_, expert_streamer_,
+          lookahead_ && next_is_moe ? &w_.layers[static_cast<size_t>(i + 1)].moe : nullptr,
+          &stats_};
       DF_RETURN_IF_ERROR(
           MoeForward(c_, lw.moe, i, access, normed_.data(), n, &ffn_scratch_, sublayer_.data()));
       if (observer_) {

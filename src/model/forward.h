@@ -35,6 +35,12 @@ class ForwardPass {
   void SetObserver(ForwardObserver* observer) { observer_ = observer; }
   // Stream installs: asked to make experts local before they are read (not owned).
   void SetExpertFetcher(ExpertFetcher* fetcher) { expert_fetcher_ = fetcher; }
+  // Streamed experts: read through `streamer` (not owned; null = the mapped spans); `lookahead`
+  // guesses the next layer's experts with its router and prefetches them.
+  void SetExpertStreamer(ExpertStreamer* streamer, bool lookahead) {
+    expert_streamer_ = streamer;
+    lookahead_ = lookahead;
+  }
   const SessionStats& stats() const { return stats_; }
   void ResetStats() { stats_ = SessionStats{}; }
 
@@ -52,6 +58,8 @@ class ForwardPass {
   int64_t max_anchors_;
   ForwardObserver* observer_ = nullptr;
   ExpertFetcher* expert_fetcher_ = nullptr;
+  ExpertStreamer* expert_streamer_ = nullptr;
+  bool lookahead_ = false;
   SessionStats stats_;
 
   std::vector<KdaState> kda_;  // [layers] (only KDA layers initialised)

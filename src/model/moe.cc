@@ -23,6 +23,11 @@ void FfnScratch::Reserve(const ModelConfig& c, int64_t max_positions) {
   z_gathered.Resize(sz(n * latent));
   members.Resize(sz(n));
   needed.Resize(sz(std::min(n * k, c.num_experts)));
+  mark.Resize(sz(c.num_experts));
+  std::fill(mark.data(), mark.data() + mark.size(), -1);
+  guess_ids.Resize(sz(n * k));
+  guess_weights.Resize(sz(n * k));
+  guess_union.Resize(sz(std::min(n * k, c.num_experts)));
   u1.Resize(sz(n * inter));
   u3.Resize(sz(n * inter));
   y_expert.Resize(sz(n * latent));
@@ -40,6 +45,39 @@ void GatedFfnForward(const ModelConfig& c, const GatedFfnWeights& w, const float
   kernels::MatMulBf16(w.down_proj.data, hidden, width, s->gate.data(), n, out);
 }
 
+namespace {
+
+// The distinct experts of ids[0..count) in order of first appearance, into out; returns how many.
+// `mark` is [experts] of -1 on entry and on return.
+int64_t ExpertUnion(const int32_t* ids, int64_t count, int32_t* mark, int32_t* out) {
+  int64_t m = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    if (mark[ids[i]] < 0) {
+      mark[ids[i]] = static_cast<int32_t>(m);
+      out[m++] = ids[i];
+    }
+  }
+  for (int64_t j = 0; j < m; ++j) mark[out[j]] = -1;
+  return m;
+}
+
+// Guesses the next MoE layer's experts from this layer's input and queues their reads.
+void PrefetchNextLayer(const ModelConfig& c, const RouterConfig& rc, const ExpertAccess& access,
+                       int64_t layer, const float* x, int64_t n, FfnScratch* s) {
+  const int64_t k = c.num_experts_per_token;
+  kernels::MatMulBf16(access.next->router.data, c.num_experts, c.hidden_size, x, n,
+                      s->router_logits.data());
+  for (int64_t t = 0; t < n; ++t) {
+    Route(rc, s->router_logits.data() + t * c.num_experts, access.next->correction_bias,
+          s->router_scratch.data(), s->guess_ids.data() + t * k, s->guess_weights.data() + t * k);
+  }
+  const int64_t m = ExpertUnion(s->guess_ids.data(), n * k, s->mark.data(), s->guess_union.data());
+  access.streamer->Prefetch(layer + 1, {s->guess_union.data(), static_cast<size_t>(m)},
+                            access.stats);
+}
+
+}  // namespace
+
 Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
                   const ExpertAccess& access, const float* x, int64_t n, FfnScratch* s,
                   float* out) {
@@ -55,50 +93,66 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
           s->ids.data() + t * k, s->weights.data() + t * k);
   }
   kernels::MatMulBf16(w.latent_down.data, latent, hidden, x, n, s->z.data());
+  const int64_t m = ExpertUnion(s->ids.data(), n * k, s->mark.data(), s->needed.data());
 
   // A stream install fetches the experts it does not have yet, all of the layer's at once.
   if (access.fetcher != nullptr) {
     int64_t missing = 0;
-    for (int64_t i = 0; i < n * k; ++i) {
-      const int32_t e = s->ids[static_cast<size_t>(i)];
-      if (access.fetcher->IsLocal(layer, e)) continue;
-      bool listed = false;
-      for (int64_t j = 0; j < missing && !listed; ++j)
-        listed = s->needed[static_cast<size_t>(j)] == e;
-      if (!listed) s->needed[static_cast<size_t>(missing++)] = e;
+    for (int64_t j = 0; j < m; ++j) {
+      const int32_t e = s->needed[static_cast<size_t>(j)];
+      if (!access.fetcher->IsLocal(layer, e)) s->guess_ids[static_cast<size_t>(missing++)] = e;
     }
     if (missing > 0) {
       DF_RETURN_IF_ERROR(
-          access.fetcher->FetchExperts(layer, {s->needed.data(), static_cast<size_t>(missing)}));
+          access.fetcher->FetchExperts(layer, {s->guess_ids.data(), static_cast<size_t>(missing)}));
     }
   }
 
-  // Run each expert once over every position that selected it.
+  // Run each expert once over every position that selected it, in batches the cache can pin.
   const auto latent_bytes = static_cast<size_t>(latent) * sizeof(float);
-  for (int64_t e = 0; e < n_experts; ++e) {
-    int64_t m = 0;
-    for (int64_t i = 0; i < n * k; ++i) {
-      if (s->ids[static_cast<size_t>(i)] != e) continue;
-      s->members[static_cast<size_t>(m)] = static_cast<int32_t>(i);
-      std::memcpy(s->z_gathered.data() + m * latent, s->z.data() + (i / k) * latent, latent_bytes);
-      ++m;
+  ExpertStreamer* streamer = access.streamer;
+  const int64_t batch = streamer != nullptr ? streamer->max_pinned() : m;
+  for (int64_t b0 = 0; b0 < m; b0 += batch) {
+    const int64_t b1 = std::min(m, b0 + batch);
+    if (streamer != nullptr) {
+      streamer->Begin(layer, {s->needed.data() + b0, static_cast<size_t>(b1 - b0)}, access.stats);
+      if (b0 == 0 && access.next != nullptr) PrefetchNextLayer(c, rc, access, layer, x, n, s);
+    } else {
+      access.stats->expert_loads += static_cast<uint64_t>(b1 - b0);
+      access.stats->expert_cache_hits += static_cast<uint64_t>(b1 - b0);  // mapped: in RAM
     }
-    if (m == 0) continue;
-    // Mapped experts are always "in RAM"; the streaming source does its own accounting.
-    access.stats->expert_loads += 1;
-    access.stats->expert_cache_hits += 1;
-    const uint8_t* span = w.expert_spans[static_cast<size_t>(e)];
-    kernels::MatMulMxfp4(span + layout.w1_packed, span + layout.w1_scale, inter, latent,
-                         s->z_gathered.data(), m, s->u1.data());
-    kernels::MatMulMxfp4(span + layout.w3_packed, span + layout.w3_scale, inter, latent,
-                         s->z_gathered.data(), m, s->u3.data());
-    SituInPlace(s->u1.data(), s->u3.data(), m * inter, c.situ_beta, c.situ_linear_beta);
-    kernels::MatMulMxfp4(span + layout.w2_packed, span + layout.w2_scale, latent, inter,
-                         s->u1.data(), m, s->y_expert.data());
-    for (int64_t j = 0; j < m; ++j) {
-      std::memcpy(s->y_slots.data() + s->members[static_cast<size_t>(j)] * latent,
-                  s->y_expert.data() + j * latent, latent_bytes);
+    for (int64_t j = b0; j < b1; ++j) {
+      const int32_t e = s->needed[static_cast<size_t>(j)];
+      const uint8_t* span = w.expert_spans[static_cast<size_t>(e)];
+      if (streamer != nullptr) {
+        auto got = streamer->Wait(j - b0, access.stats);
+        if (!got.ok()) {
+          streamer->End();
+          return got.status();
+        }
+        span = *got;
+      }
+      int64_t members = 0;
+      for (int64_t i = 0; i < n * k; ++i) {
+        if (s->ids[static_cast<size_t>(i)] != e) continue;
+        s->members[static_cast<size_t>(members)] = static_cast<int32_t>(i);
+        std::memcpy(s->z_gathered.data() + members * latent, s->z.data() + (i / k) * latent,
+                    latent_bytes);
+        ++members;
+      }
+      kernels::MatMulMxfp4(span + layout.w1_packed, span + layout.w1_scale, inter, latent,
+                           s->z_gathered.data(), members, s->u1.data());
+      kernels::MatMulMxfp4(span + layout.w3_packed, span + layout.w3_scale, inter, latent,
+                           s->z_gathered.data(), members, s->u3.data());
+      SituInPlace(s->u1.data(), s->u3.data(), members * inter, c.situ_beta, c.situ_linear_beta);
+      kernels::MatMulMxfp4(span + layout.w2_packed, span + layout.w2_scale, latent, inter,
+                           s->u1.data(), members, s->y_expert.data());
+      for (int64_t q = 0; q < members; ++q) {
+        std::memcpy(s->y_slots.data() + s->members[static_cast<size_t>(q)] * latent,
+                    s->y_expert.data() + q * latent, latent_bytes);
+      }
     }
+    if (streamer != nullptr) streamer->End();
   }
 
   // Combine in selection order: acc += w_e·y_e (spec §6.1), then the latent norm.

@@ -14,6 +14,7 @@
 #include "base/aligned_buffer.h"
 #include "base/status.h"
 #include "deltafin/engine.h"
+#include "experts/expert_streamer.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -28,15 +29,19 @@ struct FfnScratch {
   AlignedBuffer<int32_t> ids;           // [n, top_k] selection order
   AlignedBuffer<float> weights;         // [n, top_k]
   // Latent experts
-  AlignedBuffer<float> z;           // [n, latent]
-  AlignedBuffer<float> z_gathered;  // [n, latent] rows of the positions routed to one expert
-  AlignedBuffer<int32_t> members;   // [n] (t*top_k + slot) of those positions
-  AlignedBuffer<int32_t> needed;    // [min(n*top_k, experts)] the chunk's expert union
-  AlignedBuffer<float> u1, u3;      // [n, inter]
-  AlignedBuffer<float> y_expert;    // [n, latent]
-  AlignedBuffer<float> y_slots;     // [n, top_k, latent]
-  AlignedBuffer<float> r;           // [n, latent]
-  AlignedBuffer<float> routed;      // [n, H]
+  AlignedBuffer<float> z;              // [n, latent]
+  AlignedBuffer<float> z_gathered;     // [n, latent] rows of the positions routed to one expert
+  AlignedBuffer<int32_t> members;      // [n] (t*top_k + slot) of those positions
+  AlignedBuffer<int32_t> needed;       // [min(n*top_k, experts)] the chunk's expert union
+  AlignedBuffer<int32_t> mark;         // [experts] position in `needed`, -1 outside a call
+  AlignedBuffer<int32_t> guess_ids;    // [n, top_k] the next layer's router on this input
+  AlignedBuffer<float> guess_weights;  // [n, top_k]
+  AlignedBuffer<int32_t> guess_union;  // [min(n*top_k, experts)]
+  AlignedBuffer<float> u1, u3;         // [n, inter]
+  AlignedBuffer<float> y_expert;       // [n, latent]
+  AlignedBuffer<float> y_slots;        // [n, top_k, latent]
+  AlignedBuffer<float> r;              // [n, latent]
+  AlignedBuffer<float> routed;         // [n, H]
   void Reserve(const ModelConfig& c, int64_t max_positions);
 };
 
@@ -47,7 +52,11 @@ void GatedFfnForward(const ModelConfig& c, const GatedFfnWeights& w, const float
 // Where a MoE layer's experts come from, for one forward pass.
 struct ExpertAccess {
   const ExpertLayout* layout = nullptr;
-  ExpertFetcher* fetcher = nullptr;  // stream installs: makes missing experts local first
+  ExpertFetcher* fetcher = nullptr;    // stream installs: makes missing experts local first
+  ExpertStreamer* streamer = nullptr;  // experts read from disk; null: the mapped spans
+  // Router lookahead: the next MoE layer, whose router is applied to this layer's input to guess
+  // (and prefetch) its experts while this layer computes. Null: no lookahead.
+  const MoeWeights* next = nullptr;
   SessionStats* stats = nullptr;
 };
 

@@ -164,6 +164,7 @@ void BindMla(int64_t layer, const Binder& b, MlaWeights* m) {
 Status BindExperts(const ModelConfig& c, const Checkpoint& ckpt, int64_t layer,
                    const ExpertLayout& layout, bool audit, MoeWeights* moe) {
   moe->expert_spans.resize(static_cast<size_t>(c.num_experts));
+  moe->expert_offsets.resize(static_cast<size_t>(c.num_experts));
   int expert_shard = -1;
   for (int64_t e = 0; e < c.num_experts; ++e) {
     Binder b(ckpt);
@@ -187,12 +188,14 @@ Status BindExperts(const ModelConfig& c, const Checkpoint& ckpt, int64_t layer,
                            " is in a different shard from the layer's other experts");
     }
     expert_shard = first.shard;
+    moe->expert_shard = first.shard;
     const uint8_t* span = b.Get(specs[0].name).data;
     if (audit) {
       DF_RETURN_IF_ERROR(AuditExpertScales(c, layout, span, layer, e)
                              .WithContext(ckpt.shard_paths()[static_cast<size_t>(first.shard)]));
     }
     moe->expert_spans[static_cast<size_t>(e)] = span;
+    moe->expert_offsets[static_cast<size_t>(e)] = first.file_offset;
   }
   return Status::Ok();
 }

@@ -75,6 +75,8 @@ struct MoeWeights {
   Bf16Matrix latent_up;                    // [H, latent]   "routed_expert_up_proj"
   GatedFfnWeights shared;
   std::vector<const uint8_t*> expert_spans;  // [n_experts] start of each expert's contiguous span
+  int expert_shard = -1;                     // the one shard holding this layer's experts
+  std::vector<uint64_t> expert_offsets;      // [n_experts] file offset of each span in that shard
 };
 
 struct LayerWeights {

@@ -1,0 +1,280 @@
+// `deltafin bench decode`: decode speed against the physical floor, per the scenarios of
+// shared/bench/README.md, under a real memory limit.
+//
+// The parent process works out the scenario's RAM budget from the model's plan, creates a memory
+// cgroup with that limit, drops the page cache, and forks; the child joins the cgroup before it
+// loads anything, measures the disk with the decode access pattern (random whole-expert reads,
+// same I/O threads and mode) on the model's own shards, then prefills a fixed prompt and decodes.
+// Per step it records wall time, the engine's byte and time counters and /proc/self/io
+// read_bytes. The report: median seconds per token over the steps after the first, bytes per
+// token, the measured disk bandwidth, the floor = max(disk bytes per token / bandwidth, compute
+// seconds per token), and the floor ratio = s/token / floor. The parent adds the cgroup's peak
+// memory use.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "base/log.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "cli/memory_cgroup.h"
+#include "cli/token_stats.h"
+#include "experts/memory_plan.h"
+
+namespace deltafin::cli {
+
+namespace {
+
+struct DecodeBenchArgs {
+  ModelFlags model;
+  std::string scenario = "stream-spine-resident";
+  int64_t steps = 17;  // decode steps; the first is not counted in the median
+  int64_t prompt_tokens = 8;
+  int64_t probe_experts = 0;  // 0: about 1 GiB of experts (at least 256, at most 4096)
+  bool no_memory_limit = false;
+  std::string json_path;
+};
+
+// Process overhead outside the engine's plan (binary, libraries, thread stacks, allocator).
+constexpr uint64_t kProcessOverhead = 192ull << 20;
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+double Mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+// The child: loads the engine under the limit, measures the disk, decodes, writes JSON.
+Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptions& options) {
+  DF_ASSIGN_OR_RETURN(auto engine, Engine::Load(options));
+  const ModelInfo& info = engine->info();
+  LogInfo(info.memory_plan);
+  double disk_bps = 0;
+  if (info.experts_streamed) {
+    int64_t probe = a.probe_experts;
+    if (probe <= 0) {
+      probe =
+          std::clamp<int64_t>(static_cast<int64_t>((1ull << 30) / info.expert_bytes), 256, 4096);
+    }
+    DF_ASSIGN_OR_RETURN(disk_bps, engine->ProbeExpertReadBandwidth(probe, 12345));
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "disk: %.3f GB/s over %lld random expert reads (%s, %d threads)", disk_bps / 1e9,
+                  static_cast<long long>(probe), info.expert_read_mode, options.io_threads);
+    LogInfo(line);
+  }
+  auto session = engine->NewSession();
+  std::vector<int32_t> prompt;
+  for (int64_t i = 0; i < a.prompt_tokens; ++i) {
+    prompt.push_back(static_cast<int32_t>((1 + 7919 * i) % info.vocab_size));
+  }
+  auto decode_pass = [&](std::vector<StepStats>* steps) -> Status {
+    session->Reset();
+    DF_RETURN_IF_ERROR(session->Prefill(prompt));
+    for (int64_t s = 0; s < a.steps; ++s) {
+      const int32_t next = ArgmaxToken(session->Logits());
+      const SessionStats before = session->stats();
+      const uint64_t io_before = ProcReadBytes();
+      const auto t0 = std::chrono::steady_clock::now();
+      DF_RETURN_IF_ERROR(session->Decode(next));
+      StepStats st;
+      st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      st.delta = Subtract(session->stats(), before);
+      st.proc_read_bytes = ProcReadBytes() - io_before;
+      st.position = session->position() - 1;
+      if (steps != nullptr) {
+        LogInfo("decode " + FormatStep(st, disk_bps));
+        steps->push_back(st);
+      }
+    }
+    return Status::Ok();
+  };
+  if (a.scenario == "resident") DF_RETURN_IF_ERROR(decode_pass(nullptr));  // warm-up
+  std::vector<StepStats> steps;
+  DF_RETURN_IF_ERROR(decode_pass(&steps));
+
+  std::vector<double> secs, compute, expert_b, spine_b, proc_b, hits, loads, pf_hits;
+  for (size_t i = 1; i < steps.size(); ++i) {  // the first step is not counted
+    const StepStats& s = steps[i];
+    secs.push_back(s.seconds);
+    compute.push_back(s.delta.compute_seconds);
+    expert_b.push_back(static_cast<double>(s.delta.expert_bytes_read));
+    spine_b.push_back(static_cast<double>(s.SpineBytes()));
+    proc_b.push_back(static_cast<double>(s.proc_read_bytes));
+    hits.push_back(static_cast<double>(s.delta.expert_cache_hits));
+    loads.push_back(static_cast<double>(s.delta.expert_loads));
+    pf_hits.push_back(static_cast<double>(s.delta.prefetch_hits));
+  }
+  const double s_per_token = Median(secs), compute_s = Median(compute);
+  const double disk_bytes = Mean(expert_b) + Mean(spine_b);
+  const double floor_s = std::max(disk_bps > 0 ? disk_bytes / disk_bps : 0.0, compute_s);
+  nlohmann::json j = {
+      {"scenario", a.scenario},
+      {"model", info.model_dir},
+      {"tokens", static_cast<int64_t>(secs.size())},
+      {"s_per_token", s_per_token},
+      {"expert_bytes_per_token", Mean(expert_b)},
+      {"spine_bytes_per_token", Mean(spine_b)},
+      {"proc_read_bytes_per_token", Mean(proc_b)},
+      {"disk_gbps", disk_bps / 1e9},
+      {"compute_s_per_token", compute_s},
+      {"floor_s", floor_s},
+      {"floor_ratio", floor_s > 0 ? s_per_token / floor_s : 0.0},
+      {"expert_cache_hit_rate", Mean(loads) > 0 ? Mean(hits) / Mean(loads) : 0.0},
+      {"prefetch_hits_per_token", Mean(pf_hits)},
+      {"expert_loads_per_token", Mean(loads)},
+      {"experts_streamed", info.experts_streamed},
+      {"expert_read_mode", info.expert_read_mode},
+      {"expert_cache_bytes", info.expert_cache_bytes},
+      {"memory_budget", info.memory_budget},
+      {"spine_bytes", info.spine_bytes},
+      {"io_threads", options.io_threads},
+      {"prefetch", options.prefetch},
+  };
+  return j;
+}
+
+void PrintReport(const nlohmann::json& j) {
+  std::printf("| field | value |\n|---|---|\n");
+  for (const char* key :
+       {"scenario", "tokens", "s_per_token", "floor_s", "floor_ratio", "disk_gbps",
+        "expert_bytes_per_token", "spine_bytes_per_token", "proc_read_bytes_per_token",
+        "compute_s_per_token", "expert_cache_hit_rate", "prefetch_hits_per_token",
+        "expert_read_mode", "expert_cache_bytes", "memory_limit", "peak_memory_bytes"}) {
+    if (!j.contains(key)) continue;
+    const auto& v = j[key];
+    if (v.is_number_float()) {
+      std::printf("| %s | %.4g |\n", key, v.get<double>());
+    } else {
+      std::printf("| %s | %s |\n", key,
+                  v.is_string() ? v.get<std::string>().c_str() : v.dump().c_str());
+    }
+  }
+}
+
+int RunDecodeBench(const DecodeBenchArgs& a) {
+  auto base = a.model.Options();
+  if (!base.ok()) return Fail(base.status());
+  EngineOptions options = *base;
+  uint64_t limit = 0;  // the cgroup limit; 0 = none
+  if (a.scenario == "resident") {
+    options.experts = EngineOptions::Experts::kMapped;
+  } else {
+    auto plan = Engine::Plan(options);
+    if (!plan.ok()) return Fail(plan.status());
+    options.experts = EngineOptions::Experts::kStreamed;
+    limit = a.scenario == "stream-spine-resident" ? plan->spine_bytes + (1ull << 30)
+                                                  : plan->spine_bytes / 2;
+    limit += kProcessOverhead;
+    options.mem_limit = limit - kProcessOverhead;
+  }
+  MemoryCgroup cgroup;
+  if (limit > 0 && !a.no_memory_limit) {
+    auto cg = MemoryCgroup::Create(limit);
+    if (!cg.ok()) return Fail(cg.status());
+    cgroup = std::move(*cg);
+    if (!DropPageCache()) LogInfo("warning: cannot drop the page cache (not root)");
+    LogInfo("running under a memory cgroup limit of " + FormatBytes(limit) + " (" + cgroup.path() +
+            ")");
+  } else if (limit > 0) {
+    LogInfo("warning: --no-memory-limit: the page cache may serve reads the budget excludes");
+  }
+  char json_tmp[] = "/tmp/deltafin-bench-XXXXXX";
+  const int fd = ::mkstemp(json_tmp);
+  if (fd < 0) return Fail(Status::Error("cannot create a temporary file"));
+  ::close(fd);
+  int sync_pipe[2];
+  if (::pipe(sync_pipe) != 0) return Fail(Status::Error("pipe failed"));
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(sync_pipe[1]);
+    char go = 0;
+    if (::read(sync_pipe[0], &go, 1) != 1 || go != 1) ::_exit(3);
+    auto result = MeasureDecode(a, options);
+    if (!result.ok()) ::_exit(Fail(result.status()));
+    std::ofstream(json_tmp) << result->dump();
+    std::fflush(nullptr);
+    ::_exit(0);
+  }
+  ::close(sync_pipe[0]);
+  char go = 1;
+  if (!cgroup.path().empty()) {
+    Status st = cgroup.AddProcess(child);
+    if (!st.ok()) go = 0;
+  }
+  if (::write(sync_pipe[1], &go, 1) != 1) go = 0;
+  ::close(sync_pipe[1]);
+  int wstatus = 0;
+  ::waitpid(child, &wstatus, 0);
+  if (go != 1) return Fail(Status::Error("could not move the benchmark into its cgroup"));
+  if (WIFSIGNALED(wstatus)) {
+    std::remove(json_tmp);
+    return Fail(Status::Error(
+        "the benchmark process was killed by signal " + std::to_string(WTERMSIG(wstatus)) +
+        (limit > 0 ? " (out of memory under the " + FormatBytes(limit) + " limit?)"
+                   : std::string())));
+  }
+  if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+    std::remove(json_tmp);
+    return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 1;
+  }
+  std::ifstream in(json_tmp);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  std::remove(json_tmp);
+  if (j.is_discarded()) return Fail(Status::Error("the benchmark wrote no result"));
+  j["memory_limit"] = cgroup.path().empty() ? 0 : limit;
+  j["peak_memory_bytes"] = cgroup.path().empty() ? 0 : cgroup.PeakBytes();
+  PrintReport(j);
+  if (!a.json_path.empty()) {
+    const std::string text = j.dump(1) + "\n";
+    Status st = WriteFileAtomically(a.json_path, text.data(), text.size());
+    if (!st.ok()) return Fail(st);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterBenchDecode(CLI::App* bench, int* exit_code) {
+  auto args = std::make_shared<DecodeBenchArgs>();
+  CLI::App* cmd = bench->add_subcommand(
+      "decode",
+      "Decode seconds per token against the floor (disk bytes / measured disk bandwidth, or "
+      "compute), under a real memory limit (shared/bench/README.md scenarios)");
+  args->model.Add(cmd);
+  args->model.quiet_plan = true;
+  cmd->add_option("--scenario", args->scenario,
+                  "stream-spine-resident (budget: spine + 1 GiB), stream-spine-streamed (half "
+                  "the spine), resident (no limit, after a warm-up pass)")
+      ->check(CLI::IsMember({"stream-spine-resident", "stream-spine-streamed", "resident"}))
+      ->capture_default_str();
+  cmd->add_option("--steps", args->steps, "Decode steps (the first is not counted)")
+      ->check(CLI::Range(int64_t{2}, int64_t{100000}))
+      ->capture_default_str();
+  cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length before decoding")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}))
+      ->capture_default_str();
+  cmd->add_option("--probe-experts", args->probe_experts,
+                  "Expert reads for the disk measurement (0 = about 1 GiB)");
+  cmd->add_flag("--no-memory-limit", args->no_memory_limit,
+                "Do not create a memory cgroup (numbers are then not trustworthy)");
+  cmd->add_option("--json", args->json_path, "Also write the report as JSON");
+  cmd->callback([args, exit_code] { *exit_code = RunDecodeBench(*args); });
+}
+
+}  // namespace deltafin::cli

@@ -1,0 +1,81 @@
+#include "cli/token_stats.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace deltafin::cli {
+
+uint64_t ProcReadBytes() {
+  std::ifstream f("/proc/self/io");
+  std::string key;
+  uint64_t value = 0;
+  while (f >> key >> value) {
+    if (key == "read_bytes:") return value;
+  }
+  return 0;
+}
+
+SessionStats Subtract(const SessionStats& a, const SessionStats& b) {
+  SessionStats d;
+  d.positions = a.positions - b.positions;
+  d.forward_calls = a.forward_calls - b.forward_calls;
+  d.expert_loads = a.expert_loads - b.expert_loads;
+  d.expert_cache_hits = a.expert_cache_hits - b.expert_cache_hits;
+  d.prefetch_hits = a.prefetch_hits - b.prefetch_hits;
+  d.prefetch_issued = a.prefetch_issued - b.prefetch_issued;
+  d.prefetch_wasted = a.prefetch_wasted - b.prefetch_wasted;
+  d.expert_bytes_read = a.expert_bytes_read - b.expert_bytes_read;
+  d.spine_bytes_read = a.spine_bytes_read - b.spine_bytes_read;
+  d.io_wait_seconds = a.io_wait_seconds - b.io_wait_seconds;
+  d.compute_seconds = a.compute_seconds - b.compute_seconds;
+  return d;
+}
+
+double StepStats::FloorSeconds(double disk_bps) const {
+  const double io =
+      disk_bps > 0 ? static_cast<double>(delta.expert_bytes_read + SpineBytes()) / disk_bps : 0;
+  return std::max(io, delta.compute_seconds);
+}
+
+std::string FormatStep(const StepStats& s, double disk_bps) {
+  const double mb = 1e6;
+  const double bytes = static_cast<double>(s.delta.expert_bytes_read + s.SpineBytes());
+  const double floor = s.FloorSeconds(disk_bps);
+  char line[400];
+  std::snprintf(line, sizeof line,
+                "pos %lld: %.3f s | experts %.1f MB read, %llu/%llu hits (%llu prefetched), "
+                "spine %.1f MB | io wait %.3f s, compute %.3f s | %.2f GB/s | floor %.3f s, "
+                "ratio %.2f",
+                static_cast<long long>(s.position), s.seconds,
+                static_cast<double>(s.delta.expert_bytes_read) / mb,
+                static_cast<unsigned long long>(s.delta.expert_cache_hits),
+                static_cast<unsigned long long>(s.delta.expert_loads),
+                static_cast<unsigned long long>(s.delta.prefetch_hits),
+                static_cast<double>(s.SpineBytes()) / mb, s.delta.io_wait_seconds,
+                s.delta.compute_seconds, s.seconds > 0 ? bytes / s.seconds / 1e9 : 0.0, floor,
+                floor > 0 ? s.seconds / floor : 0.0);
+  return line;
+}
+
+nlohmann::json StepJson(const StepStats& s, double disk_bps) {
+  const double floor = s.FloorSeconds(disk_bps);
+  return {{"position", s.position},
+          {"seconds", s.seconds},
+          {"expert_bytes_read", s.delta.expert_bytes_read},
+          {"spine_bytes_read", s.SpineBytes()},
+          {"proc_read_bytes", s.proc_read_bytes},
+          {"expert_loads", s.delta.expert_loads},
+          {"expert_cache_hits", s.delta.expert_cache_hits},
+          {"prefetch_hits", s.delta.prefetch_hits},
+          {"prefetch_issued", s.delta.prefetch_issued},
+          {"prefetch_wasted", s.delta.prefetch_wasted},
+          {"io_wait_seconds", s.delta.io_wait_seconds},
+          {"compute_seconds", s.delta.compute_seconds},
+          {"disk_gbps", disk_bps / 1e9},
+          {"floor_s", floor},
+          {"floor_ratio", floor > 0 ? s.seconds / floor : 0.0}};
+}
+
+}  // namespace deltafin::cli

@@ -1,0 +1,40 @@
+// Per-token accounting for `run --stats` and `bench decode`: where one decode step's time and
+// bytes went (SessionStats differences), the bytes the kernel says the process read
+// (/proc/self/io), and the floor: the step's disk bytes at the measured disk bandwidth, or its
+// compute time when that is larger (DESIGN.md §1).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "deltafin/engine.h"
+
+namespace deltafin::cli {
+
+// read_bytes of /proc/self/io (bytes this process caused to be fetched from storage); 0 where the
+// file does not exist (macOS) or lacks the field.
+uint64_t ProcReadBytes();
+
+struct StepStats {
+  int64_t position = 0;  // position of the fed token
+  double seconds = 0;    // wall time of the step
+  SessionStats delta;    // counters of this step alone
+  uint64_t proc_read_bytes = 0;
+  // Spine bytes read from disk: what the kernel counted beyond the expert reads (the spine is
+  // mapped, so its reads are page faults the engine does not see one by one).
+  uint64_t SpineBytes() const {
+    return proc_read_bytes > delta.expert_bytes_read ? proc_read_bytes - delta.expert_bytes_read
+                                                     : 0;
+  }
+  // max(disk bytes / disk bandwidth, compute time); disk_bps <= 0: compute time only.
+  double FloorSeconds(double disk_bps) const;
+};
+
+SessionStats Subtract(const SessionStats& after, const SessionStats& before);
+
+// One human line: time, bytes, hits, I/O wait vs compute, achieved GB/s, floor and ratio.
+std::string FormatStep(const StepStats& step, double disk_bps);
+nlohmann::json StepJson(const StepStats& step, double disk_bps);
+
+}  // namespace deltafin::cli

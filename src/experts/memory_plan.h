@@ -1,0 +1,58 @@
+// The memory planner: how the engine divides its RAM budget (DESIGN.md §3 "Memory").
+//
+// The budget is --mem-limit, or the machine's memory (the cgroup v2 memory.max or cgroup v1
+// memory.limit_in_bytes of this process when lower than physical memory) minus headroom for the
+// binary, the allocator and the kernel. Out of it come, in this order: the session (recurrent
+// state, latent cache, working buffers), the spine (resident when it fits), and the routed
+// experts: all of them mapped when everything fits, else a RAM cache of what is left, read from
+// disk. A budget that cannot hold the session plus the smallest expert cache is refused at
+// startup with the numbers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+
+namespace deltafin {
+
+struct MemoryNeeds {
+  uint64_t spine_bytes = 0;          // every non-expert tensor
+  uint64_t all_expert_bytes = 0;     // every routed expert
+  uint64_t session_bytes = 0;        // one session's state and working buffers
+  uint64_t min_expert_cache = 0;     // the smallest cache streaming works with
+  uint64_t largest_layer_spine = 0;  // the biggest layer's spine tensors (streamed spine)
+};
+
+// Where the budget came from, e.g. "cgroup v1 limit", "physical memory", "--mem-limit".
+struct MemoryBudget {
+  uint64_t bytes = 0;
+  std::string source;
+};
+
+// The machine's budget: min(physical memory, this process's cgroup limit) minus headroom
+// (10%, at least 256 MiB).
+Result<MemoryBudget> MachineMemoryBudget();
+
+enum class ExpertPlacement { kAuto, kMapped, kStreamed };
+
+struct MemoryPlan {
+  MemoryBudget budget;
+  MemoryNeeds needs;
+  bool experts_streamed = false;
+  bool spine_resident = true;
+  uint64_t expert_cache_bytes = 0;  // streamed experts only
+  // One line per decision, for the startup log.
+  std::string Describe() const;
+};
+
+// `cache_request`: an explicit expert cache size (0 = what the budget leaves).
+Result<MemoryPlan> PlanMemory(const MemoryNeeds& needs, const MemoryBudget& budget,
+                              ExpertPlacement placement, uint64_t cache_request);
+
+// "1.50 GiB" style.
+std::string FormatBytes(uint64_t bytes);
+// "24G", "512M", "1073741824", "1.5GiB" -> bytes (K/M/G/T, optional "i"/"B", base 1024).
+Result<uint64_t> ParseByteSize(const std::string& text);
+
+}  // namespace deltafin
