@@ -1,0 +1,95 @@
+// End to end through the CLI: `run --experts streamed --stats-json` generates the same tokens as a
+// mapped run and reports its bytes; `bench decode` runs under a real memory cgroup (root only)
+// and reports the fields docs/PERFORMANCE.md relies on, staying within its limit.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+#include "unit/test_files.h"
+
+namespace deltafin::testing {
+namespace {
+
+class StreamE2e : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = dir_.Join("tiny");
+    auto made = RunCli("make-model --preset tiny --seed 11 --no-sync --out " + ShellQuote(model_));
+    ASSERT_EQ(made.exit_code, 0) << made.output;
+  }
+  // The first line of stdout from `run` (the JSON array of generated ids).
+  static std::string Ids(const std::string& output) {
+    const size_t open = output.find("\n[");
+    const size_t begin = output.rfind('[', 0) == 0 ? 0 : open + 1;
+    return output.substr(begin, output.find(']', begin) - begin + 1);
+  }
+  ScopedTempDir dir_;
+  std::string model_;
+};
+
+TEST_F(StreamE2e, StreamedRunGeneratesTheSameTokensAndReportsItsBytes) {
+  const std::string common =
+      "run --model " + ShellQuote(model_) + " --prompt-ids 5,6,7,8,9 --max-new 8 --ignore-eos";
+  auto mapped = RunCli(common + " --experts mapped");
+  ASSERT_EQ(mapped.exit_code, 0) << mapped.output;
+  const std::string stats_path = dir_.Join("stats.json");
+  auto streamed = RunCli(common + " --experts streamed --expert-cache 1M --io-threads 2 --stats" +
+                         " --stats-json " + ShellQuote(stats_path));
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.output;
+  EXPECT_EQ(Ids(streamed.output), Ids(mapped.output)) << streamed.output;
+  EXPECT_NE(streamed.output.find("streamed through a RAM cache of 1.00 MiB"), std::string::npos)
+      << streamed.output;
+  EXPECT_NE(streamed.output.find("decode pos 5:"), std::string::npos) << streamed.output;
+  std::ifstream in(stats_path);
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["steps"].size(), 8u);  // prefill + 7 decode steps
+  EXPECT_TRUE(j["experts_streamed"].get<bool>());
+  uint64_t bytes = 0;
+  for (const auto& s : j["steps"]) {
+    bytes += s["expert_bytes_read"].get<uint64_t>();
+    EXPECT_LE(s["expert_cache_hits"].get<uint64_t>(), s["expert_loads"].get<uint64_t>());
+    EXPECT_GT(s["floor_s"].get<double>(), 0.0);
+  }
+  EXPECT_GT(bytes, 0u);
+}
+
+TEST_F(StreamE2e, TooSmallMemoryLimitFailsAtStartupWithTheNumbers) {
+  auto run = RunCli("run --model " + ShellQuote(model_) + " --prompt-ids 1,2 --mem-limit 2M");
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_EQ(run.output.rfind("error: memory budget 2.00 MiB (--mem-limit) is too small", 0), 0u)
+      << run.output;
+}
+
+TEST_F(StreamE2e, BenchDecodeUnderARealMemoryCgroup) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to create a memory cgroup";
+  const std::string json = dir_.Join("bench.json");
+  auto run = RunCli("bench decode --model " + ShellQuote(model_) +
+                    " --scenario stream-spine-resident --steps 4 --probe-experts 64 --json " +
+                    ShellQuote(json));
+  if (run.output.find("cannot create a memory cgroup") != std::string::npos) {
+    GTEST_SKIP() << "no writable memory cgroup here: " << run.output;
+  }
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("running under a memory cgroup limit"), std::string::npos);
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  for (const char* key :
+       {"scenario", "tokens", "s_per_token", "expert_bytes_per_token", "spine_bytes_per_token",
+        "proc_read_bytes_per_token", "disk_gbps", "floor_s", "floor_ratio"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["scenario"], "stream-spine-resident");
+  EXPECT_EQ(j["tokens"], 3);
+  EXPECT_GT(j["expert_bytes_per_token"].get<double>(), 0.0);
+  EXPECT_GT(j["disk_gbps"].get<double>(), 0.0);
+  EXPECT_GT(j["floor_ratio"].get<double>(), 0.0);
+  const uint64_t limit = j["memory_limit"], peak = j["peak_memory_bytes"];
+  EXPECT_GT(limit, 0u);
+  EXPECT_LE(peak, limit);
+}
+
+}  // namespace
+}  // namespace deltafin::testing

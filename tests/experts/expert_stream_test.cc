@@ -1,0 +1,356 @@
+// Streamed experts against mapped ones, and the streamer's failure paths.
+//
+// Bit-identity: the same prompt and greedy continuation through mapped experts and through the
+// streamer (smallest cache, large cache, no prefetch, buffered reads, 1 and 8 I/O threads,
+// prefill chunks that need several cache batches) must give byte-identical logits, on the golden
+// tiny checkpoint and on a make-model tiny checkpoint. Faults: an I/O error, a corrupted scale
+// byte and a shard truncated after load must each fail the forward pass with a message naming
+// the layer, expert, file and offset; a budget too small for streaming fails at load with the
+// numbers. Prefetch bookkeeping (hits, cancelled guesses) is checked with a reader that blocks
+// until released, so the order of events is fixed.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "deltafin/engine.h"
+#include "experts/expert_streamer.h"
+#include "golden/golden_data.h"
+#include "model/forward.h"
+#include "model/weights.h"
+#include "modelgen/make_model.h"
+#include "unit/test_files.h"
+
+namespace deltafin {
+namespace {
+
+struct Run {
+  std::vector<float> logits;  // prefill (every position) then each decode step
+  SessionStats stats;
+};
+
+Run Generate(const EngineOptions& options, int decode_steps = 6) {
+  auto engine = Engine::Load(options);
+  EXPECT_TRUE(engine.ok()) << engine.status().message();
+  if (!engine.ok()) return {};
+  const int64_t vocab = (*engine)->info().vocab_size;
+  auto session = (*engine)->NewSession();
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 20; ++i) prompt.push_back(static_cast<int32_t>((3 + 37 * i) % vocab));
+  Run run;
+  run.logits.resize(prompt.size() * static_cast<size_t>(vocab));
+  Status st = session->Prefill(prompt, run.logits);
+  EXPECT_TRUE(st.ok()) << st.message();
+  for (int s = 0; s < decode_steps && st.ok(); ++s) {
+    st = session->Decode(ArgmaxToken(session->Logits()));
+    EXPECT_TRUE(st.ok()) << st.message();
+    auto l = session->Logits();
+    run.logits.insert(run.logits.end(), l.begin(), l.end());
+  }
+  run.stats = session->stats();
+  return run;
+}
+
+struct StreamCase {
+  const char* name;
+  int io_threads;
+  bool large_cache;
+  bool prefetch;
+  bool direct;
+  int64_t prefill_chunk;
+};
+
+void ExpectStreamedEqualsMapped(const std::string& model_dir) {
+  auto config = LoadModelConfig(model_dir);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EngineOptions mapped;
+  mapped.model_dir = model_dir;
+  mapped.experts = EngineOptions::Experts::kMapped;
+  const Run want = Generate(mapped);
+  ASSERT_FALSE(want.logits.empty());
+  EXPECT_EQ(want.stats.expert_bytes_read, 0u);
+
+  const StreamCase cases[] = {
+      {"smallest cache, 1 io thread", 1, false, true, true, 32},
+      {"smallest cache, 8 io threads", 8, false, true, true, 32},
+      {"large cache", 4, true, true, true, 32},
+      {"no prefetch", 4, false, false, true, 32},
+      {"buffered reads", 4, false, true, false, 32},
+      {"prefill chunk 7", 2, false, true, true, 7},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    EngineOptions o = mapped;
+    o.experts = EngineOptions::Experts::kStreamed;
+    o.io_threads = c.io_threads;
+    o.prefetch = c.prefetch;
+    o.direct_io = c.direct;
+    o.prefill_chunk = c.prefill_chunk;
+    // Large: what the plan leaves, which here is every expert of the model.
+    o.expert_cache_bytes = c.large_cache ? 0 : ExpertStreamer::MinCacheBytes(*config, c.io_threads);
+    const Run got = Generate(o);
+    ASSERT_EQ(got.logits.size(), want.logits.size());
+    EXPECT_EQ(std::memcmp(got.logits.data(), want.logits.data(), got.logits.size() * 4), 0)
+        << "streamed logits differ from mapped ones";
+    if (c.prefill_chunk == 32) {
+      // Same chunking, so the same (layer, expert) uses; every miss was read once.
+      EXPECT_EQ(got.stats.expert_loads, want.stats.expert_loads);
+    }
+    EXPECT_GT(got.stats.expert_bytes_read, 0u);
+    EXPECT_LE(got.stats.expert_cache_hits, got.stats.expert_loads);
+    if (!c.prefetch) {
+      EXPECT_EQ(got.stats.prefetch_issued, 0u);
+    }
+  }
+}
+
+TEST(ExpertStream, StreamedLogitsEqualMappedOnGoldenModel) {
+  ExpectStreamedEqualsMapped(testing::GoldenModelDir());
+}
+
+TEST(ExpertStream, StreamedLogitsEqualMappedOnGeneratedModel) {
+  testing::ScopedTempDir dir;
+  MakeModelOptions mo;
+  mo.preset = "tiny";
+  mo.out_dir = dir.Join("tiny");
+  mo.seed = 7;
+  mo.fsync = false;
+  ASSERT_TRUE(MakeModel(mo).ok());
+  ExpectStreamedEqualsMapped(mo.out_dir);
+}
+
+TEST(ExpertStream, BudgetTooSmallFailsAtLoadWithNumbers) {
+  EngineOptions o;
+  o.model_dir = testing::GoldenModelDir();
+  o.mem_limit = 1 << 20;
+  auto engine = Engine::Load(o);
+  ASSERT_FALSE(engine.ok());
+  const std::string& m = engine.status().message();
+  EXPECT_NE(m.find("memory budget 1.00 MiB"), std::string::npos) << m;
+  EXPECT_NE(m.find("too small"), std::string::npos) << m;
+  EXPECT_NE(m.find("session"), std::string::npos) << m;
+  EXPECT_NE(m.find("smallest expert cache"), std::string::npos) << m;
+}
+
+// A reader around the real one that can fail, corrupt, or hold reads until released.
+class TestReader : public ExpertSpanReader {
+ public:
+  explicit TestReader(std::unique_ptr<ExpertSpanReader> inner) : inner_(std::move(inner)) {}
+  enum class Fault { kNone, kError, kCorruptScale };
+  Fault fault = Fault::kNone;
+  uint64_t fault_offset = 0;  // the span offset to fault on
+  uint64_t scale_offset = 0;  // where inside a span a scale byte is (kCorruptScale)
+  std::atomic<int> reads{0};
+
+  void Hold() {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = true;
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held_ = false;
+    }
+    cv_.notify_all();
+  }
+  // Waits until `n` reads have started.
+  void WaitForReads(int n) {
+    while (reads.load() < n) std::this_thread::yield();
+  }
+
+  Result<const uint8_t*> Read(int shard, uint64_t offset, uint64_t length, uint8_t* buffer,
+                              size_t capacity) override {
+    reads.fetch_add(1);
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !held_; });
+    }
+    if (fault == Fault::kError && offset == fault_offset) {
+      return Status::Error("injected I/O error");
+    }
+    auto got = inner_->Read(shard, offset, length, buffer, capacity);
+    if (got.ok() && fault == Fault::kCorruptScale && offset == fault_offset) {
+      const_cast<uint8_t*>(*got)[scale_offset] = 0;
+    }
+    return got;
+  }
+  std::string ShardPath(int shard) const override { return inner_->ShardPath(shard); }
+  uint64_t DiskBytes(int shard, uint64_t offset, uint64_t length) const override {
+    return inner_->DiskBytes(shard, offset, length);
+  }
+  const char* ModeName() const override { return inner_->ModeName(); }
+
+ private:
+  std::unique_ptr<ExpertSpanReader> inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false;
+};
+
+class StreamerFixture : public ::testing::Test {
+ protected:
+  void SetUp() override { Load(testing::GoldenModelDir()); }
+  void Load(const std::string& dir) {
+    auto w = ModelWeights::Load(dir, BindOptions{});
+    ASSERT_TRUE(w.ok()) << w.status().message();
+    weights_ = std::move(*w);
+    auto inner = OpenShardSpanReader(*weights_, true);
+    ASSERT_TRUE(inner.ok()) << inner.status().message();
+    auto reader = std::make_unique<TestReader>(std::move(*inner));
+    reader_ = reader.get();
+    ExpertStreamOptions so;
+    so.io_threads = 1;
+    so.cache_bytes = 32 * ExpertStreamer::SlotBytes(weights_->config);
+    auto s = ExpertStreamer::Create(*weights_, so, std::move(reader));
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    streamer_ = std::move(*s);
+  }
+  // One decode step through ForwardPass with the streamer; returns its status.
+  Status Step(bool lookahead = true) {
+    ForwardPass fp(*weights_, 4, 64);
+    fp.SetExpertStreamer(streamer_.get(), lookahead);
+    const int32_t tokens[3] = {5, 17, 99};
+    std::vector<float> logits(static_cast<size_t>(weights_->config.vocab_size));
+    return fp.Run(tokens, 3, false, logits.data());
+  }
+  uint64_t Offset(int64_t layer, int32_t expert) const {
+    return weights_->layers[static_cast<size_t>(layer)]
+        .moe.expert_offsets[static_cast<size_t>(expert)];
+  }
+
+  std::unique_ptr<ModelWeights> weights_;
+  TestReader* reader_ = nullptr;
+  std::unique_ptr<ExpertStreamer> streamer_;
+};
+
+TEST_F(StreamerFixture, IoErrorNamesLayerExpertFileAndOffset) {
+  // Fail every expert of layer 2 that is read: whichever the router picks fails.
+  const std::string shard = reader_->ShardPath(weights_->layers[2].moe.expert_shard);
+  bool failed = false;
+  for (int32_t e = 0; e < 16 && !failed; ++e) {
+    reader_->fault = TestReader::Fault::kError;
+    reader_->fault_offset = Offset(2, e);
+    SessionStats stats;
+    streamer_->Begin(2, std::vector<int32_t>{e}, &stats);
+    auto got = streamer_->Wait(0, &stats);
+    streamer_->End();
+    ASSERT_FALSE(got.ok());
+    const std::string& m = got.status().message();
+    EXPECT_NE(m.find("layer 2 expert " + std::to_string(e)), std::string::npos) << m;
+    EXPECT_NE(m.find(shard), std::string::npos) << m;
+    EXPECT_NE(m.find("offset " + std::to_string(Offset(2, e))), std::string::npos) << m;
+    EXPECT_NE(m.find("injected I/O error"), std::string::npos) << m;
+    failed = true;
+  }
+  // The failed slot is dropped: the next use reads it again and succeeds.
+  reader_->fault = TestReader::Fault::kNone;
+  SessionStats stats;
+  streamer_->Begin(2, std::vector<int32_t>{0}, &stats);
+  EXPECT_TRUE(streamer_->Wait(0, &stats).ok());
+  streamer_->End();
+  EXPECT_EQ(stats.expert_cache_hits, 0u);
+}
+
+TEST_F(StreamerFixture, ForwardPassFailsOnAFaultyExpertRead) {
+  // Every expert of layer 3 fails: the forward pass must stop with that layer's error.
+  reader_->fault = TestReader::Fault::kError;
+  Status st = Status::Ok();
+  for (int32_t e = 0; e < 16 && st.ok(); ++e) {
+    reader_->fault_offset = Offset(3, e);
+    st = Step();
+  }
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("layer 3 expert"), std::string::npos) << st.message();
+}
+
+TEST_F(StreamerFixture, CorruptScaleByteIsCaught) {
+  reader_->fault = TestReader::Fault::kCorruptScale;
+  reader_->fault_offset = Offset(1, 4);
+  reader_->scale_offset = weights_->expert_layout.w2_scale + 3;
+  SessionStats stats;
+  streamer_->Begin(1, std::vector<int32_t>{4}, &stats);
+  auto got = streamer_->Wait(0, &stats);
+  streamer_->End();
+  ASSERT_FALSE(got.ok());
+  const std::string& m = got.status().message();
+  EXPECT_NE(m.find("layer 1 expert 4"), std::string::npos) << m;
+  EXPECT_NE(m.find("w2.weight_scale"), std::string::npos) << m;
+  EXPECT_NE(m.find("scale byte 0"), std::string::npos) << m;
+}
+
+TEST_F(StreamerFixture, TruncatedShardIsAShortReadError) {
+  // Copy the model, load it, then cut the expert shard short under the loaded engine.
+  testing::ScopedTempDir dir;
+  std::filesystem::copy(testing::GoldenModelDir(), dir.Join("m"));
+  streamer_.reset();
+  Load(dir.Join("m"));
+  const int shard = weights_->layers[8].moe.expert_shard;
+  const std::string path = reader_->ShardPath(shard);
+  std::filesystem::resize_file(path, Offset(8, 0) + 100);
+  SessionStats stats;
+  streamer_->Begin(8, std::vector<int32_t>{0}, &stats);
+  auto got = streamer_->Wait(0, &stats);
+  streamer_->End();
+  ASSERT_FALSE(got.ok());
+  const std::string& m = got.status().message();
+  EXPECT_NE(m.find("layer 8 expert 0"), std::string::npos) << m;
+  EXPECT_NE(m.find("short read"), std::string::npos) << m;
+  EXPECT_NE(m.find(path), std::string::npos) << m;
+}
+
+TEST_F(StreamerFixture, CacheHitsPrefetchHitsAndCancelledGuesses) {
+  SessionStats stats;
+  // A miss, then a hit.
+  streamer_->Begin(1, std::vector<int32_t>{0, 1}, &stats);
+  ASSERT_TRUE(streamer_->Wait(0, &stats).ok());
+  ASSERT_TRUE(streamer_->Wait(1, &stats).ok());
+  streamer_->End();
+  EXPECT_EQ(stats.expert_loads, 2u);
+  EXPECT_EQ(stats.expert_cache_hits, 0u);
+  streamer_->Begin(1, std::vector<int32_t>{1}, &stats);
+  ASSERT_TRUE(streamer_->Wait(0, &stats).ok());
+  streamer_->End();
+  EXPECT_EQ(stats.expert_cache_hits, 1u);
+
+  // Guesses for layer 2: the one I/O thread takes the first and blocks; the rest stay queued.
+  reader_->Hold();
+  const int before = reader_->reads.load();
+  streamer_->Prefetch(2, std::vector<int32_t>{5, 6, 7}, &stats);
+  reader_->WaitForReads(before + 1);
+  EXPECT_EQ(stats.prefetch_issued, 3u);
+  // Layer 2 routes to 5 (in flight: a prefetch hit) and 9 (a miss); 6 and 7 are cancelled.
+  streamer_->Begin(2, std::vector<int32_t>{5, 9}, &stats);
+  EXPECT_EQ(stats.prefetch_wasted, 2u);
+  reader_->Release();
+  ASSERT_TRUE(streamer_->Wait(0, &stats).ok());
+  ASSERT_TRUE(streamer_->Wait(1, &stats).ok());
+  streamer_->End();
+  EXPECT_EQ(stats.prefetch_hits, 1u);
+  EXPECT_EQ(reader_->reads.load(), before + 2);  // 5 and 9 only
+  // Bytes: 0, 1, then 5 and 9 (the cancelled guesses are not counted).
+  const uint64_t per = reader_->DiskBytes(0, Offset(1, 0), weights_->expert_layout.bytes);
+  EXPECT_GE(stats.expert_bytes_read, 4 * weights_->expert_layout.bytes);
+  EXPECT_LE(stats.expert_bytes_read, 4 * (per + 4096));
+}
+
+TEST_F(StreamerFixture, LookaheadOnAndOffGiveTheSameLogits) {
+  ForwardPass with(*weights_, 4, 64), without(*weights_, 4, 64), mapped(*weights_, 4, 64);
+  with.SetExpertStreamer(streamer_.get(), true);
+  without.SetExpertStreamer(streamer_.get(), false);
+  const int32_t tokens[4] = {1, 2, 3, 4};
+  const size_t vocab = static_cast<size_t>(weights_->config.vocab_size);
+  std::vector<float> a(vocab * 4), b(vocab * 4), c(vocab * 4);
+  ASSERT_TRUE(with.Run(tokens, 4, true, a.data()).ok());
+  ASSERT_TRUE(without.Run(tokens, 4, true, b.data()).ok());
+  ASSERT_TRUE(mapped.Run(tokens, 4, true, c.data()).ok());
+  EXPECT_EQ(std::memcmp(a.data(), c.data(), a.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(b.data(), c.data(), b.size() * 4), 0);
+  EXPECT_GT(with.stats().prefetch_issued, 0u);
+}
+
+}  // namespace
+}  // namespace deltafin
