@@ -41,7 +41,12 @@ struct EngineOptions {
   uint64_t expert_cache_bytes = 0;  // streamed experts: RAM cache size; 0 = what the plan leaves
   int io_threads = 8;               // concurrent expert reads (the disk queue depth)
   bool direct_io = true;            // O_DIRECT / F_NOCACHE expert reads (else buffered)
-  bool prefetch = true;             // router lookahead: read the next layer's likely experts early
+  // Router lookahead: guess the next MoE layer's experts with its router and read them early.
+  // kLayerOutput routes the layer's output (the next layer's FFN input as if its attention added
+  // nothing); kPostAttention routes this layer's FFN input (issued earlier, guesses worse);
+  // kBoth issues both. docs/STREAMING.md has the measured recall of each.
+  enum class Lookahead { kOff, kLayerOutput, kPostAttention, kBoth };
+  Lookahead lookahead = Lookahead::kLayerOutput;
   bool verify_expert_reads = true;  // check every read expert's scale bytes lie in [2, 252]
 };
 
@@ -91,9 +96,12 @@ struct SessionStats {
   uint64_t prefetch_issued = 0;    // experts the prefetcher started reading
   uint64_t prefetch_wasted = 0;    // prefetched experts evicted or cancelled without being used
   uint64_t expert_bytes_read = 0;  // expert bytes read from disk or network by this session
-  uint64_t spine_bytes_read = 0;   // spine bytes read from disk (streamed spine only)
-  double io_wait_seconds = 0;      // time the forward pass waited for expert or spine reads
-  double compute_seconds = 0;      // wall time of forward passes minus io_wait_seconds
+  // Bytes of the experts a layer needed that were not in RAM before the step (cache misses and
+  // experts the prefetcher read for it): what must come from disk, wasted guesses excluded.
+  uint64_t expert_bytes_needed = 0;
+  uint64_t spine_bytes_read = 0;  // spine bytes read from disk (streamed spine only)
+  double io_wait_seconds = 0;     // time the forward pass waited for expert or spine reads
+  double compute_seconds = 0;     // wall time of forward passes minus io_wait_seconds
 };
 
 class Engine;

@@ -34,8 +34,10 @@ void ModelFlags::Add(CLI::App* cmd) {
       ->check(CLI::Range(1, 64));
   cmd->add_option("--io", io, "Streamed experts: direct (O_DIRECT / F_NOCACHE) or buffered reads")
       ->check(CLI::IsMember({"direct", "buffered"}));
-  cmd->add_flag("--no-prefetch", no_prefetch,
-                "Streamed experts: no router lookahead (read each layer's experts when routed)");
+  cmd->add_option("--lookahead", lookahead,
+                  "Streamed experts: guess the next layer's experts with its router and read them "
+                  "early, from the layer output (default), post-attention, both, or off")
+      ->check(CLI::IsMember({"layer-output", "post-attention", "both", "off"}));
   cmd->add_flag("--no-verify-reads", no_verify_reads,
                 "Streamed experts: skip the scale-byte check of every expert read");
 }
@@ -60,7 +62,10 @@ Result<EngineOptions> ModelFlags::Options() const {
                                             : EngineOptions::Experts::kAuto;
   options.io_threads = io_threads;
   options.direct_io = io == "direct";
-  options.prefetch = !no_prefetch;
+  options.lookahead = lookahead == "off"              ? EngineOptions::Lookahead::kOff
+                      : lookahead == "post-attention" ? EngineOptions::Lookahead::kPostAttention
+                      : lookahead == "both"           ? EngineOptions::Lookahead::kBoth
+                                                      : EngineOptions::Lookahead::kLayerOutput;
   options.verify_expert_reads = !no_verify_reads;
   return options;
 }

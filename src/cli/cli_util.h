@@ -25,7 +25,7 @@ struct ModelFlags {
   std::string expert_cache;  // "" = what the plan leaves
   int io_threads = 8;
   std::string io = "direct";
-  bool no_prefetch = false;
+  std::string lookahead = "layer-output";
   bool no_verify_reads = false;
   bool quiet_plan = false;  // do not print the memory plan at load
   void Add(CLI::App* cmd);

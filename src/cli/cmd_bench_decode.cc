@@ -107,12 +107,13 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
   std::vector<StepStats> steps;
   DF_RETURN_IF_ERROR(decode_pass(&steps));
 
-  std::vector<double> secs, compute, expert_b, spine_b, proc_b, hits, loads, pf_hits;
+  std::vector<double> secs, compute, expert_b, needed_b, spine_b, proc_b, hits, loads, pf_hits;
   for (size_t i = 1; i < steps.size(); ++i) {  // the first step is not counted
     const StepStats& s = steps[i];
     secs.push_back(s.seconds);
     compute.push_back(s.delta.compute_seconds);
     expert_b.push_back(static_cast<double>(s.delta.expert_bytes_read));
+    needed_b.push_back(static_cast<double>(s.delta.expert_bytes_needed));
     spine_b.push_back(static_cast<double>(s.SpineBytes()));
     proc_b.push_back(static_cast<double>(s.proc_read_bytes));
     hits.push_back(static_cast<double>(s.delta.expert_cache_hits));
@@ -120,7 +121,9 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
     pf_hits.push_back(static_cast<double>(s.delta.prefetch_hits));
   }
   const double s_per_token = Median(secs), compute_s = Median(compute);
-  const double disk_bytes = Mean(expert_b) + Mean(spine_b);
+  // The floor counts what had to come from disk: needed expert bytes (wasted guesses excluded)
+  // and the spine bytes the kernel read.
+  const double disk_bytes = Mean(needed_b) + Mean(spine_b);
   const double floor_s = std::max(disk_bps > 0 ? disk_bytes / disk_bps : 0.0, compute_s);
   nlohmann::json j = {
       {"scenario", a.scenario},
@@ -128,6 +131,7 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
       {"tokens", static_cast<int64_t>(secs.size())},
       {"s_per_token", s_per_token},
       {"expert_bytes_per_token", Mean(expert_b)},
+      {"expert_bytes_needed_per_token", Mean(needed_b)},
       {"spine_bytes_per_token", Mean(spine_b)},
       {"proc_read_bytes_per_token", Mean(proc_b)},
       {"disk_gbps", disk_bps / 1e9},
@@ -143,7 +147,7 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
       {"memory_budget", info.memory_budget},
       {"spine_bytes", info.spine_bytes},
       {"io_threads", options.io_threads},
-      {"prefetch", options.prefetch},
+      {"lookahead", a.model.lookahead},
   };
   return j;
 }
@@ -152,9 +156,10 @@ void PrintReport(const nlohmann::json& j) {
   std::printf("| field | value |\n|---|---|\n");
   for (const char* key :
        {"scenario", "tokens", "s_per_token", "floor_s", "floor_ratio", "disk_gbps",
-        "expert_bytes_per_token", "spine_bytes_per_token", "proc_read_bytes_per_token",
-        "compute_s_per_token", "expert_cache_hit_rate", "prefetch_hits_per_token",
-        "expert_read_mode", "expert_cache_bytes", "memory_limit", "peak_memory_bytes"}) {
+        "expert_bytes_per_token", "expert_bytes_needed_per_token", "spine_bytes_per_token",
+        "proc_read_bytes_per_token", "compute_s_per_token", "expert_cache_hit_rate",
+        "prefetch_hits_per_token", "expert_read_mode", "expert_cache_bytes", "memory_limit",
+        "peak_memory_bytes"}) {
     if (!j.contains(key)) continue;
     const auto& v = j[key];
     if (v.is_number_float()) {

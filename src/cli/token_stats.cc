@@ -27,6 +27,7 @@ SessionStats Subtract(const SessionStats& a, const SessionStats& b) {
   d.prefetch_issued = a.prefetch_issued - b.prefetch_issued;
   d.prefetch_wasted = a.prefetch_wasted - b.prefetch_wasted;
   d.expert_bytes_read = a.expert_bytes_read - b.expert_bytes_read;
+  d.expert_bytes_needed = a.expert_bytes_needed - b.expert_bytes_needed;
   d.spine_bytes_read = a.spine_bytes_read - b.spine_bytes_read;
   d.io_wait_seconds = a.io_wait_seconds - b.io_wait_seconds;
   d.compute_seconds = a.compute_seconds - b.compute_seconds;
@@ -35,7 +36,7 @@ SessionStats Subtract(const SessionStats& a, const SessionStats& b) {
 
 double StepStats::FloorSeconds(double disk_bps) const {
   const double io =
-      disk_bps > 0 ? static_cast<double>(delta.expert_bytes_read + SpineBytes()) / disk_bps : 0;
+      disk_bps > 0 ? static_cast<double>(delta.expert_bytes_needed + SpineBytes()) / disk_bps : 0;
   return std::max(io, delta.compute_seconds);
 }
 
@@ -43,13 +44,15 @@ std::string FormatStep(const StepStats& s, double disk_bps) {
   const double mb = 1e6;
   const double bytes = static_cast<double>(s.delta.expert_bytes_read + s.SpineBytes());
   const double floor = s.FloorSeconds(disk_bps);
-  char line[400];
+  char line[480];
   std::snprintf(line, sizeof line,
-                "pos %lld: %.3f s | experts %.1f MB read, %llu/%llu hits (%llu prefetched), "
+                "pos %lld: %.3f s | experts %.1f MB read (%.1f MB needed), %llu/%llu hits "
+                "(%llu prefetched), "
                 "spine %.1f MB | io wait %.3f s, compute %.3f s | %.2f GB/s | floor %.3f s, "
                 "ratio %.2f",
                 static_cast<long long>(s.position), s.seconds,
                 static_cast<double>(s.delta.expert_bytes_read) / mb,
+                static_cast<double>(s.delta.expert_bytes_needed) / mb,
                 static_cast<unsigned long long>(s.delta.expert_cache_hits),
                 static_cast<unsigned long long>(s.delta.expert_loads),
                 static_cast<unsigned long long>(s.delta.prefetch_hits),
@@ -64,6 +67,7 @@ nlohmann::json StepJson(const StepStats& s, double disk_bps) {
   return {{"position", s.position},
           {"seconds", s.seconds},
           {"expert_bytes_read", s.delta.expert_bytes_read},
+          {"expert_bytes_needed", s.delta.expert_bytes_needed},
           {"spine_bytes_read", s.SpineBytes()},
           {"proc_read_bytes", s.proc_read_bytes},
           {"expert_loads", s.delta.expert_loads},

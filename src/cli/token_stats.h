@@ -27,7 +27,8 @@ struct StepStats {
     return proc_read_bytes > delta.expert_bytes_read ? proc_read_bytes - delta.expert_bytes_read
                                                      : 0;
   }
-  // max(disk bytes / disk bandwidth, compute time); disk_bps <= 0: compute time only.
+  // max(bytes that had to come from disk / disk bandwidth, compute time): expert bytes needed
+  // (not wasted guesses) plus spine bytes. disk_bps <= 0: compute time only.
   double FloorSeconds(double disk_bps) const;
 };
 

@@ -146,8 +146,8 @@ Result<std::unique_ptr<ExpertStreamer>> ExpertStreamer::Create(
       const auto key = static_cast<size_t>(l * c.num_experts + e);
       s->location_shard_[key] = lw.moe.expert_shard;
       s->location_offset_[key] = lw.moe.expert_offsets[static_cast<size_t>(e)];
-      s->disk_bytes_[key] = s->reader_->DiskBytes(lw.moe.expert_shard, s->location_offset_[key],
-                                                  s->layout_.bytes);
+      s->disk_bytes_[key] =
+          s->reader_->DiskBytes(lw.moe.expert_shard, s->location_offset_[key], s->layout_.bytes);
     }
   }
   const uint64_t slot_bytes = SlotBytes(c);
@@ -163,6 +163,7 @@ Result<std::unique_ptr<ExpertStreamer>> ExpertStreamer::Create(
   s->demand_q_.reserve(n_slots);
   s->prefetch_q_.reserve(n_slots);
   s->current_.reserve(n_slots);
+  s->consumed_.reserve(n_slots);
   for (uint64_t i = 0; i < n_slots; ++i) {
     s->slots_[i].buffer = s->arena_ + i * slot_bytes;
     s->free_.push_back(static_cast<int32_t>(n_slots - 1 - i));
@@ -257,11 +258,15 @@ void ExpertStreamer::Begin(int64_t layer, std::span<const int32_t> experts, Sess
   DF_CHECK(static_cast<int64_t>(experts.size()) <= max_pinned(), "%zu experts", experts.size());
   io_stats_ = stats;
   current_.clear();
+  consumed_.assign(experts.size(), 0);
   bool queued = false;
   for (const int32_t e : experts) {
     const auto key = static_cast<int32_t>(layer * num_experts_ + e);
     int32_t s = slot_of_[static_cast<size_t>(key)];
     stats->expert_loads += 1;
+    const bool cached = s >= 0 && slots_[static_cast<size_t>(s)].state == SlotState::kReady &&
+                        !slots_[static_cast<size_t>(s)].prefetched;
+    if (!cached) stats->expert_bytes_needed += disk_bytes_[static_cast<size_t>(key)];
     if (s >= 0 && slots_[static_cast<size_t>(s)].state == SlotState::kFailed) {
       LruUnlinkLocked(s);  // a failed guess: read it again as a demand read
       DropLocked(s);
@@ -324,6 +329,35 @@ Result<const uint8_t*> ExpertStreamer::Wait(int64_t j, SessionStats* stats) {
   }
   if (x.state == SlotState::kFailed) return Status::Error(x.error);
   return x.data;
+}
+
+Result<int64_t> ExpertStreamer::WaitAny(SessionStats* stats) {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::chrono::steady_clock::time_point start;
+  bool waited = false;
+  for (;;) {
+    bool pending = false;
+    for (size_t j = 0; j < current_.size(); ++j) {
+      if (consumed_[j]) continue;
+      pending = true;
+      const Slot& x = slots_[static_cast<size_t>(current_[j])];
+      if (x.state == SlotState::kReady || x.state == SlotState::kFailed) {
+        consumed_[j] = 1;
+        if (waited) {
+          stats->io_wait_seconds +=
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        }
+        if (x.state == SlotState::kFailed) return Status::Error(x.error);
+        return static_cast<int64_t>(j);
+      }
+    }
+    DF_CHECK(pending, "WaitAny called after every expert was returned");
+    if (!waited) {
+      waited = true;
+      start = std::chrono::steady_clock::now();
+    }
+    done_cv_.wait(lock);
+  }
 }
 
 void ExpertStreamer::End() {

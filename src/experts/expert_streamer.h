@@ -9,6 +9,7 @@
 //                          stale guesses for this layer are cancelled); all are pinned
 //   Prefetch(layer+1, ...) guesses for the next layer, queued behind the demand reads
 //   Wait(j)                blocks until the j-th expert is in RAM and returns its bytes
+//   WaitAny()              the next expert in RAM, whichever finished first
 //   End()                  unpins; the slots join the LRU list
 // Slots never move while pinned, and kernels read them in place. Nothing here changes which
 // experts are used or how they are combined, so results are bit-identical to mapped experts.
@@ -91,6 +92,10 @@ class ExpertStreamer {
   void Begin(int64_t layer, std::span<const int32_t> experts, SessionStats* stats);
   // Blocks until the j-th expert of the current Begin is in RAM; returns its span.
   Result<const uint8_t*> Wait(int64_t j, SessionStats* stats);
+  // Blocks until some expert of the current Begin that no WaitAny returned yet is in RAM (the
+  // lowest index among those ready); returns its index. Lets the caller compute cached experts
+  // while the misses load. An expert whose read failed is returned as that error.
+  Result<int64_t> WaitAny(SessionStats* stats);
   // Unpins the current Begin's experts.
   void End();
   // Queues reads of the guessed experts of `layer` that are neither cached nor queued, as far as
@@ -139,6 +144,7 @@ class ExpertStreamer {
   std::vector<int32_t> demand_q_, prefetch_q_;
   int32_t lru_head_ = -1, lru_tail_ = -1;  // unpinned ready/failed slots, head = oldest
   std::vector<int32_t> current_;           // slots of the current Begin, in order
+  std::vector<uint8_t> consumed_;          // [current_.size()] returned by WaitAny
   SessionStats* io_stats_ = nullptr;       // where completed reads are counted
   bool stop_ = false;
   std::vector<std::thread> io_threads_;

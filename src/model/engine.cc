@@ -210,7 +210,7 @@ std::unique_ptr<Session> Engine::NewSession() const {
   auto impl = std::make_unique<Session::Impl>(*impl_->weights, chunk, impl_->info.context_capacity);
   impl->forward.SetExpertFetcher(impl_->options.expert_fetcher.get());
   if (impl_->streamer) {
-    impl->forward.SetExpertStreamer(impl_->streamer.get(), impl_->options.prefetch);
+    impl->forward.SetExpertStreamer(impl_->streamer.get(), impl_->options.lookahead);
     impl->stream_mutex = &impl_->stream_mutex;
   }
   return std::unique_ptr<Session>(new Session(std::move(impl)));

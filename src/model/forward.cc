@@ -148,10 +148,10 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
     if (lw.is_moe) {
       const bool next_is_moe =
           i + 1 < c_.num_hidden_layers && w_.layers[static_cast<size_t>(i + 1)].is_moe;
+      const bool early = lookahead_ == Lookahead::kPostAttention || lookahead_ == Lookahead::kBoth;
       const ExpertAccess access{
           &w_.expert_layout, expert_fetcher_, expert_streamer_,
-          lookahead_ && next_is_moe ? &w_.layers[static_cast<size_t>(i + 1)].moe : nullptr,
-          &stats_};
+          early && next_is_moe ? &w_.layers[static_cast<size_t>(i + 1)].moe : nullptr, &stats_};
       DF_RETURN_IF_ERROR(
           MoeForward(c_, lw.moe, i, access, normed_.data(), n, &ffn_scratch_, sublayer_.data()));
       if (observer_) {
@@ -169,6 +169,22 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
     for (int64_t j = 0; j < n * h; ++j)
       partial_[static_cast<size_t>(j)] += sublayer_[static_cast<size_t>(j)];
     Emit(n, i, "layer_out", partial_.data(), h);
+    // Lookahead from the layer output: the next layer's FFN input as if its attention added
+    // nothing (AttnRes mix and norm of the next layer on the current state), routed by the next
+    // layer's router. Only a guess; the real routing happens when that layer runs.
+    const bool late = lookahead_ == Lookahead::kLayerOutput || lookahead_ == Lookahead::kBoth;
+    if (expert_streamer_ != nullptr && late && i + 1 < c_.num_hidden_layers &&
+        w_.layers[static_cast<size_t>(i + 1)].is_moe) {
+      const LayerWeights& next = w_.layers[static_cast<size_t>(i + 1)];
+      Mix(next.mlp_res_query, n, n_anchors, mixed_.data());
+      for (int64_t t = 0; t < n; ++t) {
+        RmsNorm(mixed_.data() + t * h, next.post_attn_norm.data(), h, c_.rms_norm_eps,
+                normed_.data() + t * h);
+      }
+      const ExpertAccess access{&w_.expert_layout, expert_fetcher_, expert_streamer_, nullptr,
+                                &stats_};
+      PrefetchGuess(c_, next.moe, i + 1, access, normed_.data(), n, &ffn_scratch_);
+    }
   }
 
   if (all_positions) {

@@ -37,7 +37,8 @@ class ForwardPass {
   void SetExpertFetcher(ExpertFetcher* fetcher) { expert_fetcher_ = fetcher; }
   // Streamed experts: read through `streamer` (not owned; null = the mapped spans); `lookahead`
   // guesses the next layer's experts with its router and prefetches them.
-  void SetExpertStreamer(ExpertStreamer* streamer, bool lookahead) {
+  using Lookahead = EngineOptions::Lookahead;
+  void SetExpertStreamer(ExpertStreamer* streamer, Lookahead lookahead) {
     expert_streamer_ = streamer;
     lookahead_ = lookahead;
   }
@@ -59,7 +60,7 @@ class ForwardPass {
   ForwardObserver* observer_ = nullptr;
   ExpertFetcher* expert_fetcher_ = nullptr;
   ExpertStreamer* expert_streamer_ = nullptr;
-  bool lookahead_ = false;
+  Lookahead lookahead_ = Lookahead::kOff;
   SessionStats stats_;
 
   std::vector<KdaState> kda_;  // [layers] (only KDA layers initialised)

@@ -61,22 +61,24 @@ int64_t ExpertUnion(const int32_t* ids, int64_t count, int32_t* mark, int32_t* o
   return m;
 }
 
-// Guesses the next MoE layer's experts from this layer's input and queues their reads.
-void PrefetchNextLayer(const ModelConfig& c, const RouterConfig& rc, const ExpertAccess& access,
-                       int64_t layer, const float* x, int64_t n, FfnScratch* s) {
+}  // namespace
+
+void PrefetchGuess(const ModelConfig& c, const MoeWeights& next, int64_t next_layer,
+                   const ExpertAccess& access, const float* x, int64_t n, FfnScratch* s) {
   const int64_t k = c.num_experts_per_token;
-  kernels::MatMulBf16(access.next->router.data, c.num_experts, c.hidden_size, x, n,
+  const RouterConfig rc{c.num_experts,      k,
+                        c.num_expert_group, c.topk_group,
+                        c.moe_renormalize,  c.routed_scaling_factor};
+  kernels::MatMulBf16(next.router.data, c.num_experts, c.hidden_size, x, n,
                       s->router_logits.data());
   for (int64_t t = 0; t < n; ++t) {
-    Route(rc, s->router_logits.data() + t * c.num_experts, access.next->correction_bias,
+    Route(rc, s->router_logits.data() + t * c.num_experts, next.correction_bias,
           s->router_scratch.data(), s->guess_ids.data() + t * k, s->guess_weights.data() + t * k);
   }
   const int64_t m = ExpertUnion(s->guess_ids.data(), n * k, s->mark.data(), s->guess_union.data());
-  access.streamer->Prefetch(layer + 1, {s->guess_union.data(), static_cast<size_t>(m)},
+  access.streamer->Prefetch(next_layer, {s->guess_union.data(), static_cast<size_t>(m)},
                             access.stats);
 }
-
-}  // namespace
 
 Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
                   const ExpertAccess& access, const float* x, int64_t n, FfnScratch* s,
@@ -92,7 +94,6 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
     Route(rc, s->router_logits.data() + t * n_experts, w.correction_bias, s->router_scratch.data(),
           s->ids.data() + t * k, s->weights.data() + t * k);
   }
-  kernels::MatMulBf16(w.latent_down.data, latent, hidden, x, n, s->z.data());
   const int64_t m = ExpertUnion(s->ids.data(), n * k, s->mark.data(), s->needed.data());
 
   // A stream install fetches the experts it does not have yet, all of the layer's at once.
@@ -109,6 +110,8 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
   }
 
   // Run each expert once over every position that selected it, in batches the cache can pin.
+  // Streamed experts are computed in the order their reads finish (cached ones first); the
+  // per-slot outputs are combined in selection order below, so the order does not matter.
   const auto latent_bytes = static_cast<size_t>(latent) * sizeof(float);
   ExpertStreamer* streamer = access.streamer;
   const int64_t batch = streamer != nullptr ? streamer->max_pinned() : m;
@@ -116,22 +119,32 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
     const int64_t b1 = std::min(m, b0 + batch);
     if (streamer != nullptr) {
       streamer->Begin(layer, {s->needed.data() + b0, static_cast<size_t>(b1 - b0)}, access.stats);
-      if (b0 == 0 && access.next != nullptr) PrefetchNextLayer(c, rc, access, layer, x, n, s);
+      if (b0 == 0 && access.next != nullptr) {
+        PrefetchGuess(c, *access.next, layer + 1, access, x, n, s);
+      }
+      // The shared experts need no routed expert: they run while the first misses load.
+      if (b0 == 0) GatedFfnForward(c, w.shared, x, n, s, out);
     } else {
       access.stats->expert_loads += static_cast<uint64_t>(b1 - b0);
       access.stats->expert_cache_hits += static_cast<uint64_t>(b1 - b0);  // mapped: in RAM
     }
-    for (int64_t j = b0; j < b1; ++j) {
-      const int32_t e = s->needed[static_cast<size_t>(j)];
-      const uint8_t* span = w.expert_spans[static_cast<size_t>(e)];
+    if (b0 == 0) kernels::MatMulBf16(w.latent_down.data, latent, hidden, x, n, s->z.data());
+    for (int64_t done = b0; done < b1; ++done) {
+      int64_t j = done;
+      const uint8_t* span = nullptr;
       if (streamer != nullptr) {
-        auto got = streamer->Wait(j - b0, access.stats);
-        if (!got.ok()) {
+        auto ready = streamer->WaitAny(access.stats);
+        if (!ready.ok()) {
           streamer->End();
-          return got.status();
+          return ready.status();
         }
+        j = b0 + *ready;
+        auto got = streamer->Wait(*ready, access.stats);  // ready: returns at once
         span = *got;
+      } else {
+        span = w.expert_spans[static_cast<size_t>(s->needed[static_cast<size_t>(j)])];
       }
+      const int32_t e = s->needed[static_cast<size_t>(j)];
       int64_t members = 0;
       for (int64_t i = 0; i < n * k; ++i) {
         if (s->ids[static_cast<size_t>(i)] != e) continue;
@@ -167,7 +180,7 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
     if (c.latent_moe_use_norm) RmsNorm(r, w.latent_norm.data(), latent, c.rms_norm_eps, r);
   }
   kernels::MatMulBf16(w.latent_up.data, hidden, latent, s->r.data(), n, s->routed.data());
-  GatedFfnForward(c, w.shared, x, n, s, out);
+  if (streamer == nullptr || m == 0) GatedFfnForward(c, w.shared, x, n, s, out);
   for (int64_t i = 0; i < n * hidden; ++i) out[i] = s->routed[static_cast<size_t>(i)] + out[i];
   return Status::Ok();
 }

@@ -60,6 +60,11 @@ struct ExpertAccess {
   SessionStats* stats = nullptr;
 };
 
+// Routes x [n, H] with MoE layer `next_layer`'s router and queues reads of the experts chosen
+// (a guess: the real input of that layer is not known yet). Uses the router scratch of s.
+void PrefetchGuess(const ModelConfig& c, const MoeWeights& next, int64_t next_layer,
+                   const ExpertAccess& access, const float* x, int64_t n, FfnScratch* s);
+
 // out[n, H] = LatentMoE(x) + shared(x) for MoE layer `layer`. Routes are left in s->ids /
 // s->weights; expert loads are counted in access.stats. Fails only when a stream install cannot
 // fetch an expert.

@@ -1,7 +1,7 @@
 // Streamed experts against mapped ones, and the streamer's failure paths.
 //
 // Bit-identity: the same prompt and greedy continuation through mapped experts and through the
-// streamer (smallest cache, large cache, no prefetch, buffered reads, 1 and 8 I/O threads,
+// streamer (smallest cache, large cache, each lookahead mode, buffered reads, 1 and 8 I/O threads,
 // prefill chunks that need several cache batches) must give byte-identical logits, on the golden
 // tiny checkpoint and on a make-model tiny checkpoint. Faults: an I/O error, a corrupted scale
 // byte and a shard truncated after load must each fail the forward pass with a message naming
@@ -59,7 +59,7 @@ struct StreamCase {
   const char* name;
   int io_threads;
   bool large_cache;
-  bool prefetch;
+  EngineOptions::Lookahead lookahead;
   bool direct;
   int64_t prefill_chunk;
 };
@@ -74,20 +74,23 @@ void ExpectStreamedEqualsMapped(const std::string& model_dir) {
   ASSERT_FALSE(want.logits.empty());
   EXPECT_EQ(want.stats.expert_bytes_read, 0u);
 
+  using L = EngineOptions::Lookahead;
   const StreamCase cases[] = {
-      {"smallest cache, 1 io thread", 1, false, true, true, 32},
-      {"smallest cache, 8 io threads", 8, false, true, true, 32},
-      {"large cache", 4, true, true, true, 32},
-      {"no prefetch", 4, false, false, true, 32},
-      {"buffered reads", 4, false, true, false, 32},
-      {"prefill chunk 7", 2, false, true, true, 7},
+      {"smallest cache, 1 io thread", 1, false, L::kLayerOutput, true, 32},
+      {"smallest cache, 8 io threads", 8, false, L::kLayerOutput, true, 32},
+      {"large cache", 4, true, L::kLayerOutput, true, 32},
+      {"no lookahead", 4, false, L::kOff, true, 32},
+      {"post-attention lookahead", 4, false, L::kPostAttention, true, 32},
+      {"both lookaheads", 4, false, L::kBoth, true, 32},
+      {"buffered reads", 4, false, L::kLayerOutput, false, 32},
+      {"prefill chunk 7", 2, false, L::kBoth, true, 7},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     EngineOptions o = mapped;
     o.experts = EngineOptions::Experts::kStreamed;
     o.io_threads = c.io_threads;
-    o.prefetch = c.prefetch;
+    o.lookahead = c.lookahead;
     o.direct_io = c.direct;
     o.prefill_chunk = c.prefill_chunk;
     // Large: what the plan leaves, which here is every expert of the model.
@@ -102,7 +105,7 @@ void ExpectStreamedEqualsMapped(const std::string& model_dir) {
     }
     EXPECT_GT(got.stats.expert_bytes_read, 0u);
     EXPECT_LE(got.stats.expert_cache_hits, got.stats.expert_loads);
-    if (!c.prefetch) {
+    if (c.lookahead == L::kOff) {
       EXPECT_EQ(got.stats.prefetch_issued, 0u);
     }
   }
@@ -210,9 +213,9 @@ class StreamerFixture : public ::testing::Test {
     streamer_ = std::move(*s);
   }
   // One decode step through ForwardPass with the streamer; returns its status.
-  Status Step(bool lookahead = true) {
+  Status Step() {
     ForwardPass fp(*weights_, 4, 64);
-    fp.SetExpertStreamer(streamer_.get(), lookahead);
+    fp.SetExpertStreamer(streamer_.get(), EngineOptions::Lookahead::kBoth);
     const int32_t tokens[3] = {5, 17, 99};
     std::vector<float> logits(static_cast<size_t>(weights_->config.vocab_size));
     return fp.Run(tokens, 3, false, logits.data());
@@ -337,19 +340,25 @@ TEST_F(StreamerFixture, CacheHitsPrefetchHitsAndCancelledGuesses) {
   EXPECT_LE(stats.expert_bytes_read, 4 * (per + 4096));
 }
 
-TEST_F(StreamerFixture, LookaheadOnAndOffGiveTheSameLogits) {
-  ForwardPass with(*weights_, 4, 64), without(*weights_, 4, 64), mapped(*weights_, 4, 64);
-  with.SetExpertStreamer(streamer_.get(), true);
-  without.SetExpertStreamer(streamer_.get(), false);
+TEST_F(StreamerFixture, EveryLookaheadModeGivesTheMappedLogits) {
   const int32_t tokens[4] = {1, 2, 3, 4};
   const size_t vocab = static_cast<size_t>(weights_->config.vocab_size);
-  std::vector<float> a(vocab * 4), b(vocab * 4), c(vocab * 4);
-  ASSERT_TRUE(with.Run(tokens, 4, true, a.data()).ok());
-  ASSERT_TRUE(without.Run(tokens, 4, true, b.data()).ok());
-  ASSERT_TRUE(mapped.Run(tokens, 4, true, c.data()).ok());
-  EXPECT_EQ(std::memcmp(a.data(), c.data(), a.size() * 4), 0);
-  EXPECT_EQ(std::memcmp(b.data(), c.data(), b.size() * 4), 0);
-  EXPECT_GT(with.stats().prefetch_issued, 0u);
+  ForwardPass mapped(*weights_, 4, 64);
+  std::vector<float> want(vocab * 4);
+  ASSERT_TRUE(mapped.Run(tokens, 4, true, want.data()).ok());
+  using L = EngineOptions::Lookahead;
+  for (L mode : {L::kOff, L::kLayerOutput, L::kPostAttention, L::kBoth}) {
+    ForwardPass fp(*weights_, 4, 64);
+    fp.SetExpertStreamer(streamer_.get(), mode);
+    std::vector<float> got(vocab * 4);
+    ASSERT_TRUE(fp.Run(tokens, 4, true, got.data()).ok());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
+    if (mode == L::kOff) {
+      EXPECT_EQ(fp.stats().prefetch_issued, 0u);
+    } else {
+      EXPECT_GT(fp.stats().prefetch_issued + fp.stats().expert_cache_hits, 0u);
+    }
+  }
 }
 
 }  // namespace
