@@ -38,7 +38,9 @@ Scheduler::~Scheduler() {
 bool Scheduler::Submit(const std::shared_ptr<Job>& job) {
   {
     std::lock_guard lock(mu_);
-    if (stopping_ || static_cast<int>(queue_.size()) >= max_queue_) return false;
+    // An idle worker takes the job at once, so it does not count against the queue.
+    const int room = max_queue_ + (busy_ || !queue_.empty() ? 0 : 1);
+    if (stopping_ || static_cast<int>(queue_.size()) >= room) return false;
     queue_.push_back(job);
   }
   cv_.notify_all();
@@ -76,10 +78,13 @@ void Scheduler::Run() {
       if (stopping_) return;
       job = queue_.front();
       queue_.pop_front();
+      busy_ = true;
     }
     metrics_->SetRunning(true);
     Process(*job);
     metrics_->SetRunning(false);
+    std::lock_guard lock(mu_);
+    busy_ = false;
   }
 }
 

@@ -65,7 +65,8 @@ class Scheduler {
   Scheduler(const Engine& engine, int max_queue, int64_t prefill_piece, Metrics* metrics);
   ~Scheduler();  // stops the worker (running and queued jobs end as cancelled)
 
-  // Queues the job; false when the queue already holds max_queue waiting jobs.
+  // Queues the job; false when max_queue jobs are already waiting (a job the idle worker takes at
+  // once does not wait, so max_queue 0 still runs one request at a time).
   bool Submit(const std::shared_ptr<Job>& job);
   // Cancels the job and removes it from the queue if it is still waiting.
   void Cancel(const std::shared_ptr<Job>& job);
@@ -88,6 +89,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stopping_ = false;
+  bool busy_ = false;  // the worker holds a job
   std::thread worker_;
 };
 
