@@ -15,9 +15,11 @@ PACKAGES=(
   libpcre2-dev                           # tokenizer pre-tokenizer (PCRE2: UTF, UCP, JIT)
   clang libclang-rt-14-dev               # libFuzzer run of the tokenizer in the test script
   python3                                # small helpers in e2e tests
+  libcpp-httplib-dev                     # `deltafin serve` (HTTP server)
 )
 
-# The tokenizer oracle test runs OpenAI's tiktoken from npm (WASM). Any node >= 18 with npm will
+# The tokenizer oracle test runs OpenAI's tiktoken from npm (WASM); the server test runs the
+# OpenAI Node SDK (openai 6.x, native fetch: node >= 20). Any node >= 18 with npm will
 # do; a machine whose node comes from elsewhere (e.g. a nodejs build that bundles npm) keeps it.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   PACKAGES+=(nodejs npm)
