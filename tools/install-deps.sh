@@ -15,10 +15,12 @@ PACKAGES=(
   libpcre2-dev                           # tokenizer pre-tokenizer (PCRE2: UTF, UCP, JIT)
   clang libclang-rt-14-dev               # libFuzzer run of the tokenizer in the test script
   python3                                # small helpers in e2e tests
+  libcpp-httplib-dev                     # `deltafin serve` (HTTP server)
 )
 
 # The tokenizer oracle test runs OpenAI's tiktoken from npm (WASM). Any node >= 18 with npm will
 # do; a machine whose node comes from elsewhere (e.g. a nodejs build that bundles npm) keeps it.
+# The server test runs the OpenAI Node SDK (openai 6.9.0, native fetch; tested with node 20).
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   PACKAGES+=(nodejs npm)
 fi

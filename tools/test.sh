@@ -19,6 +19,9 @@ ctest --preset release -j "$jobs"
 echo "== tokenizer fuzzing (libFuzzer + ASan/UBSan, bounded)"
 tests/tokenizer/fuzz.sh build/fuzz-tokenizer 45
 
+echo "== server request-parser fuzzing (libFuzzer + ASan/UBSan, bounded)"
+tests/server/fuzz.sh build/fuzz-server 30
+
 echo "== ARM64 cross build of the kernel tests, run under qemu-aarch64 (NEON)"
 cmake -S tests/kernels -B build/aarch64 -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DDF_WERROR=ON --toolchain "$PWD/cmake/aarch64-linux-gnu.cmake" >/dev/null

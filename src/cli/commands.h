@@ -14,6 +14,7 @@ void RegisterLogits(CLI::App& app, int* exit_code);
 void RegisterTokenize(CLI::App& app, int* exit_code);
 void RegisterBench(CLI::App& app, int* exit_code);
 void RegisterTraceStats(CLI::App& app, int* exit_code);
+void RegisterServe(CLI::App& app, int* exit_code);
 // `bench decode`, added under the `bench` subcommand.
 void RegisterBenchDecode(CLI::App* bench, int* exit_code);
 

@@ -1,0 +1,105 @@
+// `deltafin serve`: loads the model and its tokenizer, then runs the OpenAI-compatible HTTP
+// server (server/http_server.h, docs/SERVER.md) until SIGINT or SIGTERM.
+#include <csignal>
+#include <filesystem>
+#include <thread>
+
+#include "base/log.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "server/http_server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deltafin::cli {
+
+namespace {
+
+struct ServeArgs {
+  ModelFlags model;
+  server::ServerOptions opt;
+  double max_body_mib = 32;
+};
+
+int RunServe(ServeArgs& args) {
+  // Block the stop signals in every thread; one thread waits for them and stops the server.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client that vanishes mid-write is an error, not a kill
+
+  server::ServerOptions& opt = args.opt;
+  if (!server::IsLoopback(opt.host) && opt.api_key.empty() && !opt.insecure_no_auth) {
+    return Fail(Status::Error("refusing to listen on non-loopback address " + opt.host +
+                              " without --api-key (add --insecure-no-auth to allow it)"));
+  }
+  auto tok = tokenizer::Tokenizer::LoadModelDir(args.model.model_dir);
+  if (!tok.ok()) return Fail(tok.status().WithContext("serve needs the model's tokenizer"));
+  auto engine = args.model.LoadEngine();
+  if (!engine.ok()) return Fail(engine.status());
+  if (opt.model_name.empty()) {
+    opt.model_name = std::filesystem::path(args.model.model_dir).lexically_normal().filename();
+    if (opt.model_name.empty()) {
+      opt.model_name = std::filesystem::path(args.model.model_dir).parent_path().filename();
+    }
+  }
+  opt.max_body_bytes = static_cast<size_t>(args.max_body_mib * 1024 * 1024);
+  opt.prefill_piece = args.model.prefill_chunk;
+  server::HttpServer http(**engine, **tok, opt);
+  std::thread waiter([&http, stop_signals] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    if (sig != SIGUSR1) LogInfo("stopping (signal " + std::to_string(sig) + ")");
+    http.Stop();
+  });
+  Status st = http.Run();
+  // Wake the waiter if the server ended by itself.
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  return st.ok() ? 0 : Fail(st);
+}
+
+}  // namespace
+
+void RegisterServe(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<ServeArgs>();
+  server::ServerOptions& o = args->opt;
+  CLI::App* cmd =
+      app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/chat/completions)");
+  args->model.Add(cmd);
+  cmd->add_option("--host", o.host, "Address to bind (non-loopback needs --api-key)");
+  cmd->add_option("--port", o.port, "Port (0 = any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", o.api_key, "Require Authorization: Bearer <key>");
+  cmd->add_flag("--insecure-no-auth", o.insecure_no_auth,
+                "Allow a non-loopback --host without --api-key");
+  cmd->add_option("--served-model-name", o.model_name,
+                  "Model id in /v1/models and responses (default: the model folder's name)");
+  cmd->add_option("--max-queue", o.max_queue, "Requests that may wait for the engine (then 429)")
+      ->check(CLI::Range(0, 100000));
+  cmd->add_option("--ping-interval", o.ping_interval_s,
+                  "Seconds between SSE keep-alive comments while nothing else is sent")
+      ->check(CLI::Range(0.01, 3600.0));
+  cmd->add_option("--retry-after", o.retry_after_s, "Retry-After seconds of a 429")
+      ->check(CLI::Range(0, 3600));
+  cmd->add_option("--max-body-mib", args->max_body_mib, "Largest request body (then 413)")
+      ->check(CLI::Range(0.001, 4096.0));
+  cmd->add_option("--http-threads", o.http_threads, "HTTP connection threads")
+      ->check(CLI::Range(4, 4096));
+  cmd->add_option("--read-timeout", o.read_timeout_s,
+                  "Seconds a client may stall while sending a request")
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--completion-max-tokens", o.defaults.completion_max_tokens,
+                  "Default max_tokens of /v1/completions")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--reasoning-effort", o.defaults.reasoning_effort,
+                  "Default thinking effort of chats: low, medium, high, max")
+      ->check(CLI::IsMember({"low", "medium", "high", "max"}));
+  cmd->add_flag(
+      "--no-thinking", [args](int64_t) { args->opt.defaults.thinking = false; },
+      "Chats default to thinking off (requests can still turn it on)");
+  cmd->add_flag("--log-prompts", o.log_prompts, "Log prompts and outputs (off by default)");
+  cmd->callback([args, exit_code] { *exit_code = RunServe(*args); });
+}
+
+}  // namespace deltafin::cli

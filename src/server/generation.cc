@@ -1,0 +1,251 @@
+// POST /v1/chat/completions and /v1/completions: parse, render, queue, then either wait for the
+// whole answer or stream it as server-sent events. While a request waits or streams, its HTTP
+// thread polls the client connection every 50 ms and cancels the job when the client is gone.
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <random>
+
+#include "base/log.h"
+#include "server/connection.h"
+#include "server/http_internal.h"
+#include "server/output.h"
+#include "server/response_json.h"
+#include "tokenizer/utf8.h"
+
+namespace deltafin::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ojson = nlohmann::ordered_json;
+constexpr auto kPollStep = std::chrono::milliseconds(50);
+
+std::string NewId(const char* prefix) {
+  static std::mutex mu;
+  static std::mt19937_64 rng(std::random_device{}());
+  std::lock_guard lock(mu);
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%s%016llx", prefix, static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+void Append(OutputDelta* all, OutputDelta&& d) {
+  all->reasoning += d.reasoning;
+  all->content += d.content;
+  for (auto& c : d.tool_calls) all->tool_calls.push_back(std::move(c));
+}
+
+// One generation request from queueing to the last byte.
+struct Gen {
+  Gen(const httplib::Request& req, GenerationRequest r) : request(std::move(r)), conn(req) {}
+  GenerationRequest request;
+  std::vector<int32_t> prompt;
+  std::shared_ptr<Job> job;
+  ResponseMeta meta;
+  std::unique_ptr<OutputAssembler> out;
+  ClientConnection conn;
+  size_t cursor = 0;
+  bool done = false;
+  Job::End end = Job::End::kNone;
+  std::string error;
+  Clock::time_point start = Clock::now();
+  double ttft_s = -1;
+
+  // Waits up to `wait` for the worker, feeds new tokens to the assembler and appends what they
+  // add to *delta. Sets `done` when the response is complete (or failed).
+  void Poll(Clock::duration wait, OutputDelta* delta) {
+    std::vector<int32_t> fresh;
+    {
+      std::unique_lock lock(job->mu);
+      job->cv.wait_for(lock, wait,
+                       [&] { return job->tokens.size() > cursor || job->end != Job::End::kNone; });
+      fresh.assign(job->tokens.begin() + static_cast<ptrdiff_t>(cursor), job->tokens.end());
+      cursor = job->tokens.size();
+      end = job->end;
+      error = job->error;
+    }
+    if (!fresh.empty() && ttft_s < 0) {
+      ttft_s = std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    for (int32_t id : fresh) {
+      OutputDelta d;
+      const bool stop = out->Feed(id, &d);
+      Append(delta, std::move(d));
+      if (stop) {
+        job->Stop();
+        done = true;
+        return;
+      }
+    }
+    if (end != Job::End::kNone) {
+      OutputDelta d;
+      out->Finish(&d);
+      Append(delta, std::move(d));
+      done = true;
+    }
+  }
+
+  Usage GetUsage() const {
+    Usage u;
+    u.prompt_tokens = static_cast<int64_t>(prompt.size());
+    u.completion_tokens = out->completion_tokens();
+    u.reasoning_tokens = out->reasoning_tokens();
+    std::lock_guard lock(job->mu);
+    u.cached_tokens = job->cached_tokens;
+    return u;
+  }
+};
+
+ApiError EngineError(const std::string& message) {
+  return ApiError{500, "generation failed: " + message, "server_error", "", "engine_error"};
+}
+
+}  // namespace
+
+void HttpServer::Impl::HandleGeneration(const httplib::Request& req, httplib::Response& res,
+                                        Endpoint endpoint) {
+  const std::string ep = endpoint == Endpoint::kChat ? "chat" : "completions";
+  GenerationRequest parsed;
+  if (auto err = ParseGenerationRequest(req.body, endpoint, opt.defaults, &parsed)) {
+    return SendError(res, *err, ep);
+  }
+  auto g = std::make_shared<Gen>(req, std::move(parsed));
+  if (auto err = BuildPrompt(g->request, tok, &g->prompt)) return SendError(res, *err, ep);
+  const ModelInfo& info = engine.info();
+  const int64_t n = static_cast<int64_t>(g->prompt.size());
+  for (int32_t id : g->prompt) {
+    if (id >= info.vocab_size) {
+      return SendError(res,
+                       BadRequest("token id " + std::to_string(id) +
+                                      " is outside the model's "
+                                      "vocabulary",
+                                  "prompt"),
+                       ep);
+    }
+  }
+  if (n >= info.context_capacity) {
+    return SendError(
+        res,
+        BadRequest("the prompt has " + std::to_string(n) + " tokens; this server's context holds " +
+                       std::to_string(info.context_capacity),
+                   "messages", "context_length_exceeded"),
+        ep);
+  }
+  g->meta = ResponseMeta{NewId(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-"),
+                         static_cast<int64_t>(std::time(nullptr)), opt.model_name, endpoint};
+  g->out =
+      std::make_unique<OutputAssembler>(g->request, tok, static_cast<int32_t>(info.eos_token_id));
+  g->job = std::make_shared<Job>();
+  g->job->prompt = g->prompt;
+  g->job->sampling = g->request.sampling;
+  g->job->max_tokens =
+      std::min(g->request.max_tokens.value_or(INT64_MAX), info.context_capacity - n);
+  if (opt.log_prompts) {
+    auto text = tok.Decode(g->prompt);
+    LogInfo(g->meta.id + " prompt: " + tokenizer::DecodeUtf8Lossy(text.ok() ? *text : ""));
+  }
+  if (!scheduler->Submit(g->job)) {
+    res.set_header("Retry-After", std::to_string(opt.retry_after_s));
+    return SendError(res,
+                     ApiError{429,
+                              "the server is busy: " + std::to_string(opt.max_queue) +
+                                  " requests are already waiting; retry later",
+                              "rate_limit_exceeded", "", "queue_full"},
+                     ep);
+  }
+  auto finish_log = [this, g, ep](int status) {
+    metrics.CountRequest(ep, status);
+    const Usage u = g->out ? g->GetUsage() : Usage{};
+    char line[300];
+    std::snprintf(line, sizeof(line),
+                  "%s %s %d prompt=%lld cached=%lld completion=%lld ttft=%.3fs total=%.3fs",
+                  ep.c_str(), g->meta.id.c_str(), status, static_cast<long long>(u.prompt_tokens),
+                  static_cast<long long>(u.cached_tokens),
+                  static_cast<long long>(u.completion_tokens), g->ttft_s,
+                  std::chrono::duration<double>(Clock::now() - g->start).count());
+    LogInfo(line);
+  };
+  std::string echo;
+  if (endpoint == Endpoint::kCompletion && g->request.echo) {
+    auto text = tok.Decode(g->prompt);
+    echo = tokenizer::DecodeUtf8Lossy(text.ok() ? *text : "");
+  }
+
+  if (!g->request.stream) {
+    OutputDelta all;
+    all.content = echo;
+    while (!g->done) {
+      if (!g->conn.Alive()) {
+        scheduler->Cancel(g->job);
+        return finish_log(499);
+      }
+      g->Poll(kPollStep, &all);
+    }
+    if (g->end == Job::End::kError) {
+      SendError(res, EngineError(g->error), ep);
+      return finish_log(500);
+    }
+    if (opt.log_prompts) LogInfo(g->meta.id + " output: " + all.reasoning + all.content);
+    res.set_content(JsonText(FullResponse(g->meta, all, g->out->FinishReason(), g->GetUsage())),
+                    "application/json");
+    return finish_log(200);
+  }
+
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  const auto ping = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(opt.ping_interval_s));
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, g, ping, echo, finish_log](size_t, httplib::DataSink& sink) {
+        auto last_write = Clock::now();
+        auto write = [&](const std::string& s) {
+          if (!sink.write(s.data(), s.size())) return false;
+          last_write = Clock::now();
+          return true;
+        };
+        auto event = [&](const ojson& j) { return write("data: " + JsonText(j) + "\n\n"); };
+        const bool usage_null = g->request.include_usage;
+        bool first = true;
+        if (!echo.empty()) {
+          OutputDelta d;
+          d.content = echo;
+          if (!event(Chunk(g->meta, d, true, "", usage_null))) return false;
+        }
+        while (!g->done) {
+          if (!g->conn.Alive()) break;
+          OutputDelta d;
+          const auto until_ping = last_write + ping - Clock::now();
+          g->Poll(
+              std::max(Clock::duration::zero(), std::min<Clock::duration>(kPollStep, until_ping)),
+              &d);
+          if (!d.empty() || (first && g->end == Job::End::kNone && g->cursor > 0)) {
+            if (!event(Chunk(g->meta, d, first, "", usage_null))) break;
+            first = false;
+          }
+          if (!g->done && Clock::now() - last_write >= ping && !write(": ping\n\n")) break;
+        }
+        if (!g->done) {  // the client is gone
+          scheduler->Cancel(g->job);
+          finish_log(499);
+          return false;
+        }
+        bool ok = true;
+        if (g->end == Job::End::kError) {
+          ok = event(EngineError(g->error).Body());
+        } else {
+          ok = event(Chunk(g->meta, OutputDelta{}, first, g->out->FinishReason(), usage_null));
+          if (ok && g->request.include_usage) ok = event(UsageChunk(g->meta, g->GetUsage()));
+        }
+        if (ok) ok = write("data: [DONE]\n\n");
+        if (ok) sink.done();
+        finish_log(ok ? (g->end == Job::End::kError ? 500 : 200) : 499);
+        return ok;
+      },
+      [this, g](bool) {
+        if (!g->done) scheduler->Cancel(g->job);
+      });
+}
+
+}  // namespace deltafin::server

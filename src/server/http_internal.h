@@ -1,0 +1,42 @@
+// Internals of HttpServer shared by http_server.cc (setup, auth, small endpoints) and
+// generation.cc (the chat and completion handlers).
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "server/api_error.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+
+namespace deltafin::server {
+
+// Serialises JSON for the wire; invalid UTF-8 (never expected) becomes U+FFFD instead of throwing.
+inline std::string JsonText(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+struct HttpServer::Impl {
+  Impl(const Engine& e, const tokenizer::Tokenizer& t, ServerOptions o)
+      : engine(e), tok(t), opt(std::move(o)) {}
+
+  void Routes();
+  bool Authorized(const httplib::Request& req) const;
+  void SendError(httplib::Response& res, const ApiError& error, const std::string& endpoint);
+  void HandleGeneration(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+
+  const Engine& engine;
+  const tokenizer::Tokenizer& tok;
+  ServerOptions opt;
+  Metrics metrics;
+  std::unique_ptr<Scheduler> scheduler;
+  httplib::Server svr;
+  std::atomic<int> port{0};
+};
+
+}  // namespace deltafin::server

@@ -1,0 +1,170 @@
+// HttpServer: configuration checks, cpp-httplib setup, authentication, and the non-generation
+// endpoints (/v1/models, /health, /metrics).
+#include <arpa/inet.h>
+
+#include <chrono>
+#include <ctime>
+
+#include "base/log.h"
+#include "server/http_internal.h"
+
+namespace deltafin::server {
+
+using ojson = nlohmann::ordered_json;
+
+bool IsLoopback(const std::string& host) {
+  if (host == "localhost" || host == "::1") return true;
+  in_addr a{};
+  return inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+HttpServer::HttpServer(const Engine& engine, const tokenizer::Tokenizer& tokenizer,
+                       ServerOptions options)
+    : impl_(std::make_unique<Impl>(engine, tokenizer, std::move(options))) {}
+
+HttpServer::~HttpServer() = default;
+
+void HttpServer::Stop() { impl_->svr.stop(); }
+
+int HttpServer::port() const { return impl_->port.load(); }
+
+bool HttpServer::Impl::Authorized(const httplib::Request& req) const {
+  if (opt.api_key.empty()) return true;
+  const std::string want = "Bearer " + opt.api_key;
+  const std::string got = req.get_header_value("Authorization");
+  // Compare without an early exit, so the time taken does not reveal a matching prefix.
+  unsigned diff = got.size() != want.size();
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff |= static_cast<unsigned>(i < got.size() ? got[i] ^ want[i] : 1);
+  }
+  return diff == 0;
+}
+
+void HttpServer::Impl::SendError(httplib::Response& res, const ApiError& error,
+                                 const std::string& endpoint) {
+  res.status = error.status;
+  res.set_content(JsonText(error.Body()), "application/json");
+  metrics.CountRequest(endpoint, error.status);
+}
+
+void HttpServer::Impl::Routes() {
+  const int64_t created = static_cast<int64_t>(std::time(nullptr));
+  auto model_json = [this, created] {
+    return ojson{{"id", opt.model_name},
+                 {"object", "model"},
+                 {"created", created},
+                 {"owned_by", "deltafin"},
+                 {"context_length", engine.info().context_capacity}};
+  };
+  // Authentication first; /health stays open so that load balancers can probe it.
+  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.path.find("health") != std::string::npos || Authorized(req)) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    SendError(res,
+              ApiError{401, "invalid or missing API key (send Authorization: Bearer <key>)",
+                       "invalid_request_error", "", "invalid_api_key"},
+              "auth");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  svr.Get(R"(/+health/*)", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+    metrics.CountRequest("health", 200);
+  });
+  svr.Get(R"(/+metrics/*)", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics.Render(scheduler->queued()), "text/plain; version=0.0.4");
+    metrics.CountRequest("metrics", 200);
+  });
+  svr.Get(R"(/+v1/+models/*)", [this, model_json](const httplib::Request&, httplib::Response& res) {
+    res.set_content(JsonText({{"object", "list"}, {"data", ojson::array({model_json()})}}),
+                    "application/json");
+    metrics.CountRequest("models", 200);
+  });
+  svr.Get(R"(/+v1/+models/+([^/]+)/*)",
+          [this, model_json](const httplib::Request& req, httplib::Response& res) {
+            if (req.matches[1] != opt.model_name) {
+              return SendError(
+                  res,
+                  ApiError{404, "the model '" + std::string(req.matches[1]) + "' does not exist",
+                           "invalid_request_error", "model", "model_not_found"},
+                  "models");
+            }
+            res.set_content(JsonText(model_json()), "application/json");
+            metrics.CountRequest("models", 200);
+          });
+  svr.Post(R"(/+v1/+chat/+completions/*)",
+           [this](const httplib::Request& req, httplib::Response& res) {
+             HandleGeneration(req, res, Endpoint::kChat);
+           });
+  svr.Post(R"(/+v1/+completions/*)", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleGeneration(req, res, Endpoint::kCompletion);
+  });
+  // httplib's own errors (404, 413 body too large, 400 bad request line) get an OpenAI body.
+  svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    ApiError e{res.status, "", "invalid_request_error", "", ""};
+    if (res.status == 404) {
+      e.message = "no route for " + req.method + " " + req.path;
+      e.code = "not_found";
+    } else if (res.status == 413) {
+      e.message =
+          "the request body exceeds the limit of " + std::to_string(opt.max_body_bytes) + " bytes";
+      e.code = "request_too_large";
+    } else {
+      e.message = "HTTP error " + std::to_string(res.status);
+      if (res.status >= 500) e.type = "server_error";
+    }
+    res.set_content(JsonText(e.Body()), "application/json");
+    metrics.CountRequest("other", res.status);
+  });
+  svr.set_exception_handler(
+      [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what += std::string(": ") + e.what();
+        } catch (...) {
+        }
+        LogError(what);
+        SendError(res, ApiError{500, what, "server_error", "", ""}, "other");
+      });
+}
+
+Status HttpServer::Run() {
+  Impl& s = *impl_;
+  if (!IsLoopback(s.opt.host) && s.opt.api_key.empty() && !s.opt.insecure_no_auth) {
+    return Status::Error("refusing to listen on non-loopback address " + s.opt.host +
+                         " without --api-key (use --insecure-no-auth to allow it)");
+  }
+  if (s.opt.model_name.empty()) s.opt.model_name = "kimi-k3";
+  s.scheduler =
+      std::make_unique<Scheduler>(s.engine, s.opt.max_queue, s.opt.prefill_piece, &s.metrics);
+  const int threads = std::max(4, s.opt.http_threads);
+  s.svr.new_task_queue = [threads] {
+    return new httplib::ThreadPool(static_cast<size_t>(threads));
+  };
+  s.svr.set_payload_max_length(s.opt.max_body_bytes);
+  const auto rt = std::chrono::duration<double>(s.opt.read_timeout_s);
+  s.svr.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(rt));
+  s.svr.set_write_timeout(std::chrono::seconds(30));
+  s.svr.set_keep_alive_max_count(1000);
+  s.svr.set_tcp_nodelay(true);
+  s.Routes();
+  const int port = s.opt.port == 0                              ? s.svr.bind_to_any_port(s.opt.host)
+                   : s.svr.bind_to_port(s.opt.host, s.opt.port) ? s.opt.port
+                                                                : -1;
+  if (port < 0) {
+    s.scheduler.reset();
+    return Status::Error("cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port));
+  }
+  s.port.store(port);
+  LogInfo("serving " + s.opt.model_name + " on http://" + s.opt.host + ":" + std::to_string(port) +
+          "/v1 (queue " + std::to_string(s.opt.max_queue) +
+          (s.opt.api_key.empty() ? ", no API key)" : ", API key required)"));
+  const bool ok = s.svr.listen_after_bind();
+  s.scheduler.reset();
+  return ok ? Status::Ok() : Status::Error("the HTTP server stopped with an error");
+}
+
+}  // namespace deltafin::server

@@ -1,0 +1,56 @@
+// `deltafin serve`: the OpenAI-compatible HTTP server (docs/SERVER.md).
+//
+// Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/{id}], GET /health,
+// GET /metrics; a trailing slash and doubled slashes are tolerated. HTTP threads (cpp-httplib's
+// pool) parse, render and tokenize; the single engine worker (scheduler.h) generates. Streaming
+// responses send headers at once, SSE comment pings while nothing else is sent, and end with
+// `data: [DONE]` and the end of the body. A closed client connection cancels its job.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "deltafin/engine.h"
+#include "server/request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deltafin::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;  // "" = no authentication
+  bool insecure_no_auth = false;
+  std::string model_name;  // the id in /v1/models and responses
+  int max_queue = 8;
+  double ping_interval_s = 10;
+  int retry_after_s = 10;  // Retry-After of a 429
+  size_t max_body_bytes = size_t{32} << 20;
+  int http_threads = 32;
+  double read_timeout_s = 30;  // per read of a request (headers or body)
+  bool log_prompts = false;
+  int64_t prefill_piece = 32;
+  RequestDefaults defaults;
+};
+
+// True for 127.0.0.0/8, ::1 and "localhost".
+bool IsLoopback(const std::string& host);
+
+class HttpServer {
+ public:
+  HttpServer(const Engine& engine, const tokenizer::Tokenizer& tokenizer, ServerOptions options);
+  ~HttpServer();
+  // Binds and serves until Stop(). Errors: refused configuration or a failed bind.
+  Status Run();
+  void Stop();
+  // The bound port (after Run started listening; useful with port 0).
+  int port() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deltafin::server

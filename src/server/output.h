@@ -1,0 +1,55 @@
+// Turns the generated token stream of one request into what the client sees: reasoning, content
+// and tool calls for chat (K3's channels via tokenizer::ChatOutputParser), plain text for
+// completions, with stop sequences applied to the content/text and held back while they could
+// still match. It also decides when generation must end and with which finish_reason.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "server/request.h"
+#include "server/stop_matcher.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace deltafin::server {
+
+struct OutputDelta {
+  std::string reasoning;
+  std::string content;                          // chat content, or completion text
+  std::vector<tokenizer::ToolCall> tool_calls;  // index = position in the response's tool_calls
+  bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
+};
+
+class OutputAssembler {
+ public:
+  OutputAssembler(const GenerationRequest& request, const tokenizer::Tokenizer& tokenizer,
+                  int32_t eos_id);
+  // Feeds one generated token; *delta receives what it adds (cleared first). Returns true when
+  // generation must end here: end of message / EOS, or a completed stop sequence.
+  bool Feed(int32_t id, OutputDelta* delta);
+  // Generation ended for another reason (length, context, cancel): held-back text.
+  void Finish(OutputDelta* delta);
+  // "tool_calls" (ended with calls), "stop" (EOS or stop sequence) or "length".
+  std::string FinishReason() const;
+
+  int64_t completion_tokens() const { return completion_tokens_; }
+  int64_t reasoning_tokens() const { return reasoning_tokens_; }
+  int64_t tool_call_count() const { return tool_calls_; }
+
+ private:
+  void Content(const std::string& text, OutputDelta* delta);
+
+  const tokenizer::Tokenizer& tok_;
+  const bool chat_;
+  const int32_t eos_id_;
+  tokenizer::ChatOutputParser parser_;
+  tokenizer::Utf8StreamDecoder decoder_;
+  StopMatcher stop_;
+  bool ended_ = false, natural_end_ = false;
+  int64_t completion_tokens_ = 0, reasoning_tokens_ = 0, tool_calls_ = 0;
+};
+
+}  // namespace deltafin::server

@@ -1,0 +1,318 @@
+// Request-body parsing for the generation endpoints (see request.h for the policy).
+#include "server/request.h"
+
+#include <cmath>
+
+namespace deltafin::server {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// A field that is absent or null counts as not given.
+const ojson* Get(const ojson& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+ApiError WrongType(const std::string& field, const char* expected) {
+  return BadRequest("'" + field + "' must be " + expected, field, "invalid_type");
+}
+
+std::optional<ApiError> GetBool(const ojson& obj, const char* key, bool* out) {
+  const ojson* v = Get(obj, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_boolean()) return WrongType(key, "a boolean");
+  *out = v->get<bool>();
+  return std::nullopt;
+}
+
+// Numbers that must be finite and within [lo, hi].
+std::optional<ApiError> GetNumber(const ojson& obj, const char* key, double lo, double hi,
+                                  double* out) {
+  const ojson* v = Get(obj, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number()) return WrongType(key, "a number");
+  const double d = v->get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi) {
+    return BadRequest("'" + std::string(key) + "' must be between " + ojson(lo).dump() + " and " +
+                          ojson(hi).dump(),
+                      key);
+  }
+  *out = d;
+  return std::nullopt;
+}
+
+std::optional<ApiError> GetInt(const ojson& obj, const char* key, int64_t lo, int64_t hi,
+                               std::optional<int64_t>* out) {
+  const ojson* v = Get(obj, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number_integer()) return WrongType(key, "an integer");
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    return BadRequest("'" + std::string(key) + "' is out of range", key);
+  }
+  const int64_t i = v->get<int64_t>();
+  if (i < lo || i > hi) {
+    return BadRequest("'" + std::string(key) + "' must be between " + std::to_string(lo) + " and " +
+                          std::to_string(hi),
+                      key);
+  }
+  *out = i;
+  return std::nullopt;
+}
+
+// Fields we cannot honour: accepted only at their neutral value.
+std::optional<ApiError> CheckUnsupported(const ojson& obj, Endpoint endpoint) {
+  if (const ojson* n = Get(obj, "n"); n != nullptr) {
+    if (!n->is_number_integer()) return WrongType("n", "an integer");
+    if (n->get<int64_t>() != 1) return Unsupported("n", "only one choice per request (n = 1)");
+  }
+  if (const ojson* b = Get(obj, "best_of"); b != nullptr) {
+    if (!b->is_number_integer()) return WrongType("best_of", "an integer");
+    if (b->get<int64_t>() != 1) return Unsupported("best_of", "only best_of = 1");
+  }
+  if (const ojson* lb = Get(obj, "logit_bias"); lb != nullptr) {
+    if (!lb->is_object()) return WrongType("logit_bias", "an object");
+    if (!lb->empty()) return Unsupported("logit_bias", "logit biases are not implemented");
+  }
+  if (const ojson* lp = Get(obj, "logprobs"); lp != nullptr) {
+    if (endpoint == Endpoint::kChat && !lp->is_boolean()) return WrongType("logprobs", "a boolean");
+    if (endpoint == Endpoint::kCompletion && !lp->is_number_integer()) {
+      return WrongType("logprobs", "an integer");
+    }
+    if (lp->is_boolean() ? lp->get<bool>() : true) {
+      return Unsupported("logprobs", "log probabilities are not implemented");
+    }
+  }
+  if (const ojson* t = Get(obj, "top_logprobs"); t != nullptr) {
+    if (!t->is_number_integer()) return WrongType("top_logprobs", "an integer");
+    if (t->get<int64_t>() != 0) return Unsupported("top_logprobs", "not implemented");
+  }
+  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
+    if (const ojson* p = Get(obj, key); p != nullptr) {
+      if (!p->is_number()) return WrongType(key, "a number");
+      if (p->get<double>() != 0) return Unsupported(key, "penalties are not implemented");
+    }
+  }
+  if (const ojson* s = Get(obj, "suffix"); s != nullptr) {
+    if (!s->is_string()) return WrongType("suffix", "a string");
+    if (!s->get<std::string>().empty()) return Unsupported("suffix", "insertion is not supported");
+  }
+  for (const char* key : {"functions", "function_call", "audio", "prediction"}) {
+    if (Get(obj, key) != nullptr) return Unsupported(key, "not implemented");
+  }
+  if (const ojson* m = Get(obj, "modalities"); m != nullptr) {
+    if (!m->is_array()) return WrongType("modalities", "an array");
+    for (const auto& x : *m) {
+      if (x != "text") return Unsupported("modalities", "only text output");
+    }
+  }
+  if (const ojson* tc = Get(obj, "tool_choice"); tc != nullptr) {
+    if (!(tc->is_string() && tc->get<std::string>() == "auto")) {
+      return Unsupported("tool_choice", "only \"auto\" (K3 decides whether to call a tool)");
+    }
+  }
+  if (const ojson* rf = Get(obj, "response_format"); rf != nullptr) {
+    if (!rf->is_object()) return WrongType("response_format", "an object");
+    const ojson* type = Get(*rf, "type");
+    if (type == nullptr || *type != "text") {
+      return Unsupported("response_format", "only {\"type\": \"text\"}");
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseStop(const ojson& obj, std::vector<std::string>* stop) {
+  const ojson* s = Get(obj, "stop");
+  if (s == nullptr) return std::nullopt;
+  if (s->is_string()) {
+    if (!s->get<std::string>().empty()) stop->push_back(s->get<std::string>());
+    return std::nullopt;
+  }
+  if (!s->is_array()) return WrongType("stop", "a string or an array of strings");
+  if (s->size() > 4) return BadRequest("'stop' allows at most 4 sequences", "stop");
+  for (const auto& x : *s) {
+    if (!x.is_string()) return WrongType("stop", "a string or an array of strings");
+    if (!x.get<std::string>().empty()) stop->push_back(x.get<std::string>());
+  }
+  for (const auto& x : *stop) {
+    if (!tokenizer::ValidateUtf8(x).ok()) return BadRequest("'stop' must be valid UTF-8", "stop");
+  }
+  return std::nullopt;
+}
+
+// reasoning_effort (OpenAI names mapped onto K3's), "thinking" and chat_template_kwargs.
+std::optional<ApiError> ParseThinking(const ojson& obj, tokenizer::ChatOptions* chat) {
+  if (const ojson* e = Get(obj, "reasoning_effort"); e != nullptr) {
+    if (!e->is_string()) return WrongType("reasoning_effort", "a string");
+    const std::string v = e->get<std::string>();
+    if (v == "none") {
+      chat->thinking = false;
+    } else if (v == "minimal" || v == "low") {
+      chat->thinking = true, chat->reasoning_effort = "low";
+    } else if (v == "medium" || v == "high" || v == "max") {
+      chat->thinking = true, chat->reasoning_effort = v;
+    } else if (v == "xhigh") {
+      chat->thinking = true, chat->reasoning_effort = "max";
+    } else {
+      return BadRequest("'reasoning_effort' must be none, minimal, low, medium, high or max",
+                        "reasoning_effort");
+    }
+  }
+  if (auto err = GetBool(obj, "thinking", &chat->thinking)) return err;
+  if (const ojson* k = Get(obj, "chat_template_kwargs"); k != nullptr) {
+    if (!k->is_object()) return WrongType("chat_template_kwargs", "an object");
+    for (const char* key : {"thinking", "enable_thinking"}) {
+      if (const ojson* t = Get(*k, key); t != nullptr) {
+        if (!t->is_boolean())
+          return WrongType(std::string("chat_template_kwargs.") + key, "a bool");
+        chat->thinking = t->get<bool>();
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseMessages(const ojson& obj, GenerationRequest* out) {
+  const ojson* m = Get(obj, "messages");
+  if (m == nullptr) return BadRequest("'messages' is required", "messages", "missing_required");
+  if (!m->is_array()) return WrongType("messages", "an array");
+  if (m->empty()) return BadRequest("'messages' must not be empty", "messages");
+  out->messages = *m;
+  for (auto& msg : out->messages) {
+    if (msg.is_object() && msg.contains("role") && msg["role"] == "developer") {
+      msg["role"] = "system";
+    }
+  }
+  if (const ojson* t = Get(obj, "tools"); t != nullptr) {
+    if (!t->is_array()) return WrongType("tools", "an array");
+    for (const auto& tool : *t) {
+      if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object() ||
+          !tool["function"].contains("name") || !tool["function"]["name"].is_string()) {
+        return BadRequest(
+            "each of 'tools' must be {\"type\": \"function\", \"function\": "
+            "{\"name\": ..., ...}}",
+            "tools");
+      }
+    }
+    if (!t->empty()) out->tools = *t;
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParsePrompt(const ojson& obj, GenerationRequest* out) {
+  const ojson* p = Get(obj, "prompt");
+  if (p == nullptr) return BadRequest("'prompt' is required", "prompt", "missing_required");
+  const ojson* one = p;
+  if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) one = &(*p)[0];
+  if (one->is_string()) {
+    out->prompt_text = one->get<std::string>();
+    if (out->prompt_text.empty()) return BadRequest("'prompt' must not be empty", "prompt");
+    if (!tokenizer::ValidateUtf8(out->prompt_text).ok()) {
+      return BadRequest("'prompt' must be valid UTF-8", "prompt");
+    }
+    return std::nullopt;
+  }
+  if (!p->is_array()) return WrongType("prompt", "a string or an array of token ids");
+  if (p->empty()) return BadRequest("'prompt' must not be empty", "prompt");
+  for (const auto& x : *p) {
+    if (x.is_string() || x.is_array()) {
+      return Unsupported("prompt", "one prompt per request (no batches)");
+    }
+    if (!x.is_number_integer()) return WrongType("prompt", "a string or an array of token ids");
+    if (x.is_number_unsigned() && x.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      return BadRequest("'prompt' has a token id outside the vocabulary", "prompt");
+    }
+    out->prompt_ids.push_back(x.get<int64_t>());
+  }
+  out->prompt_is_ids = true;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint endpoint,
+                                               const RequestDefaults& defaults,
+                                               GenerationRequest* out) {
+  *out = GenerationRequest{};
+  out->endpoint = endpoint;
+  out->chat.thinking = defaults.thinking;
+  out->chat.reasoning_effort = defaults.reasoning_effort;
+  const ojson obj = ojson::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (obj.is_discarded())
+    return BadRequest("the request body is not valid JSON", "", "invalid_json");
+  if (!obj.is_object()) return BadRequest("the request body must be a JSON object");
+  if (const ojson* m = Get(obj, "model"); m != nullptr) {
+    if (!m->is_string()) return WrongType("model", "a string");
+    out->model = m->get<std::string>();
+  }
+  if (auto err = GetBool(obj, "stream", &out->stream)) return err;
+  if (const ojson* so = Get(obj, "stream_options"); so != nullptr) {
+    if (!so->is_object()) return WrongType("stream_options", "an object");
+    if (const ojson* u = Get(*so, "include_usage"); u != nullptr) {
+      if (!u->is_boolean()) return WrongType("stream_options.include_usage", "a boolean");
+      out->include_usage = u->get<bool>();
+    }
+  }
+  constexpr int64_t kMaxTokens = int64_t{1} << 31;
+  std::optional<int64_t> a, b;
+  if (auto err = GetInt(obj, "max_tokens", 1, kMaxTokens, &a)) return err;
+  if (auto err = GetInt(obj, "max_completion_tokens", 1, kMaxTokens, &b)) return err;
+  out->max_tokens = a && b ? std::min(*a, *b) : a ? a : b;
+  if (!out->max_tokens && endpoint == Endpoint::kCompletion) {
+    out->max_tokens = defaults.completion_max_tokens;
+  }
+  if (auto err = GetNumber(obj, "temperature", 0, 2, &out->sampling.temperature)) return err;
+  if (auto err = GetNumber(obj, "top_p", 0, 1, &out->sampling.top_p)) return err;
+  if (out->sampling.top_p <= 0) return BadRequest("'top_p' must be greater than 0", "top_p");
+  std::optional<int64_t> top_k, seed;
+  if (auto err = GetInt(obj, "top_k", -1, INT32_MAX, &top_k)) return err;
+  out->sampling.top_k = top_k && *top_k > 0 ? *top_k : 0;
+  if (const ojson* s = Get(obj, "seed"); s != nullptr) {
+    if (!s->is_number_integer()) return WrongType("seed", "an integer");
+    out->sampling.seed =
+        s->is_number_unsigned() ? s->get<uint64_t>() : static_cast<uint64_t>(s->get<int64_t>());
+  }
+  if (auto err = ParseStop(obj, &out->stop)) return err;
+  if (auto err = CheckUnsupported(obj, endpoint)) return err;
+  if (endpoint == Endpoint::kChat) {
+    if (auto err = ParseThinking(obj, &out->chat)) return err;
+    return ParseMessages(obj, out);
+  }
+  if (auto err = GetBool(obj, "echo", &out->echo)) return err;
+  return ParsePrompt(obj, out);
+}
+
+std::optional<ApiError> BuildPrompt(const GenerationRequest& request,
+                                    const tokenizer::Tokenizer& tokenizer,
+                                    std::vector<int32_t>* ids) {
+  ids->clear();
+  if (request.endpoint == Endpoint::kChat) {
+    auto segs = tokenizer::RenderChat(request.messages, request.tools, request.chat);
+    if (!segs.ok()) return BadRequest(segs.status().message(), "messages");
+    auto encoded = tokenizer::EncodeChat(tokenizer, *segs);
+    if (!encoded.ok()) return BadRequest(encoded.status().message(), "messages");
+    *ids = std::move(*encoded);
+    return std::nullopt;
+  }
+  if (request.prompt_is_ids) {
+    const int64_t vocab = static_cast<int64_t>(tokenizer.vocab().vocab_size());
+    for (int64_t id : request.prompt_ids) {
+      if (id < 0 || id >= vocab) {
+        return BadRequest("'prompt' has token id " + std::to_string(id) +
+                              ", outside the vocabulary [0, " + std::to_string(vocab) + ")",
+                          "prompt");
+      }
+      ids->push_back(static_cast<int32_t>(id));
+    }
+    return std::nullopt;
+  }
+  auto encoded = tokenizer.Encode(request.prompt_text);
+  if (!encoded.ok()) return BadRequest(encoded.status().message(), "prompt");
+  *ids = std::move(*encoded);
+  if (ids->empty()) return BadRequest("'prompt' encodes to no tokens", "prompt");
+  return std::nullopt;
+}
+
+}  // namespace deltafin::server

@@ -1,0 +1,69 @@
+// Parsing and validation of /v1/chat/completions and /v1/completions request bodies, and turning
+// a parsed request into prompt token ids. Pure functions (no I/O, no engine), so they are unit
+// tested directly and fuzzed (tests/server/fuzz_request.cc).
+//
+// Policy (docs/SERVER.md): unknown fields are ignored; known fields with the wrong type or an
+// out-of-range value get a 400 naming the field; fields whose meaning we cannot honour (n > 1,
+// logit_bias, logprobs, penalties, ...) get a 400 with code "unsupported_parameter".
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "server/api_error.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deltafin::server {
+
+struct SamplingParams {
+  double temperature = 0;  // 0 = greedy (ArgmaxToken)
+  double top_p = 1;
+  int64_t top_k = 0;  // 0 = no top-k cut
+  std::optional<uint64_t> seed;
+};
+
+enum class Endpoint { kChat, kCompletion };
+
+// Server-wide defaults a request can override.
+struct RequestDefaults {
+  int64_t completion_max_tokens = 256;  // /v1/completions without max_tokens
+  bool thinking = true;
+  std::string reasoning_effort = "max";
+};
+
+struct GenerationRequest {
+  Endpoint endpoint = Endpoint::kChat;
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;
+  std::optional<int64_t> max_tokens;  // max_completion_tokens or max_tokens (smaller if both)
+  std::vector<std::string> stop;
+  SamplingParams sampling;
+  // Chat.
+  nlohmann::ordered_json messages;  // roles already normalised (developer -> system)
+  nlohmann::ordered_json tools;     // null when there are none
+  tokenizer::ChatOptions chat;
+  // Completions: the prompt as text, or as token ids.
+  std::string prompt_text;
+  std::vector<int64_t> prompt_ids;
+  bool prompt_is_ids = false;
+  bool echo = false;
+};
+
+// Parses `body` for `endpoint`. On error returns the 400 to send and leaves *out unspecified.
+std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint endpoint,
+                                               const RequestDefaults& defaults,
+                                               GenerationRequest* out);
+
+// The prompt's token ids: the rendered chat template, or the completion prompt encoded as plain
+// text (special spellings stay ordinary text) or checked against the vocabulary.
+std::optional<ApiError> BuildPrompt(const GenerationRequest& request,
+                                    const tokenizer::Tokenizer& tokenizer,
+                                    std::vector<int32_t>* ids);
+
+}  // namespace deltafin::server

@@ -1,0 +1,189 @@
+// Scheduler: the engine worker thread, its FIFO queue, and conversation state reuse.
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "server/sampler.h"
+
+namespace deltafin::server {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+}  // namespace
+
+Scheduler::Scheduler(const Engine& engine, int max_queue, int64_t prefill_piece, Metrics* metrics)
+    : engine_(engine),
+      max_queue_(max_queue),
+      prefill_piece_(std::max<int64_t>(1, prefill_piece)),
+      metrics_(metrics),
+      session_(engine.NewSession()) {
+  worker_ = std::thread([this] { Run(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    for (auto& job : queue_) job->Cancel();
+  }
+  cv_.notify_all();
+  worker_.join();
+  for (auto& job : queue_) Finish(*job, Job::End::kCancelled);
+}
+
+bool Scheduler::Submit(const std::shared_ptr<Job>& job) {
+  {
+    std::lock_guard lock(mu_);
+    // An idle worker takes the job at once, so it does not count against the queue.
+    const int room = max_queue_ + (busy_ || !queue_.empty() ? 0 : 1);
+    if (stopping_ || static_cast<int>(queue_.size()) >= room) return false;
+    queue_.push_back(job);
+  }
+  cv_.notify_all();
+  return true;
+}
+
+void Scheduler::Cancel(const std::shared_ptr<Job>& job) {
+  job->Cancel();
+  bool removed = false;
+  {
+    std::lock_guard lock(mu_);
+    auto it = std::find(queue_.begin(), queue_.end(), job);
+    if (it != queue_.end()) {
+      queue_.erase(it);
+      removed = true;
+    }
+  }
+  if (removed) {
+    metrics_->CountCancelled();
+    Finish(*job, Job::End::kCancelled);
+  }
+}
+
+int Scheduler::queued() const {
+  std::lock_guard lock(mu_);
+  return static_cast<int>(queue_.size());
+}
+
+void Scheduler::Run() {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      job = queue_.front();
+      queue_.pop_front();
+      busy_ = true;
+    }
+    metrics_->SetRunning(true);
+    Process(*job);
+    metrics_->SetRunning(false);
+    std::lock_guard lock(mu_);
+    busy_ = false;
+  }
+}
+
+void Scheduler::Finish(Job& job, Job::End end, const std::string& error) {
+  {
+    std::lock_guard lock(job.mu);
+    job.end = end;
+    job.error = error;
+  }
+  job.cv.notify_all();
+}
+
+void Scheduler::PublishStats() { metrics_->SetSessionStats(session_->stats()); }
+
+void Scheduler::Process(Job& job) {
+  auto should_end = [&] { return job.cancelled.load() || job.stop_requested.load(); };
+  if (job.IsCancelled()) {
+    metrics_->CountCancelled();
+    return Finish(job, Job::End::kCancelled);
+  }
+  {
+    std::lock_guard lock(job.mu);
+    job.started = true;
+  }
+  job.cv.notify_all();
+  const std::vector<int32_t>& prompt = job.prompt;
+  size_t reuse = 0;
+  if (!fed_.empty() && fed_.size() < prompt.size() &&
+      std::equal(fed_.begin(), fed_.end(), prompt.begin())) {
+    reuse = fed_.size();
+  } else {
+    session_->Reset();
+    fed_.clear();
+  }
+  metrics_->CountReuse(reuse > 0);
+  const auto t0 = Clock::now();
+  for (size_t pos = reuse; pos < prompt.size(); pos += static_cast<size_t>(prefill_piece_)) {
+    if (should_end()) {
+      metrics_->AddPrompt(static_cast<int64_t>(prompt.size()), static_cast<int64_t>(reuse),
+                          Seconds(t0));
+      if (job.IsCancelled()) metrics_->CountCancelled();
+      return Finish(job, job.IsCancelled() ? Job::End::kCancelled : Job::End::kEos);
+    }
+    const size_t n = std::min(prompt.size() - pos, static_cast<size_t>(prefill_piece_));
+    Status st = session_->Prefill(std::span<const int32_t>(prompt.data() + pos, n));
+    PublishStats();
+    if (!st.ok()) {
+      session_->Reset();
+      fed_.clear();
+      return Finish(job, Job::End::kError, st.message());
+    }
+    fed_.insert(fed_.end(), prompt.begin() + static_cast<ptrdiff_t>(pos),
+                prompt.begin() + static_cast<ptrdiff_t>(pos + n));
+  }
+  const double prefill_s = Seconds(t0);
+  metrics_->AddPrompt(static_cast<int64_t>(prompt.size()), static_cast<int64_t>(reuse), prefill_s);
+  {
+    std::lock_guard lock(job.mu);
+    job.prefilled = true;
+    job.cached_tokens = static_cast<int64_t>(reuse);
+    job.prefill_seconds = prefill_s;
+  }
+  const ModelInfo& info = engine_.info();
+  Sampler sampler(job.sampling);
+  const auto t1 = Clock::now();
+  int64_t generated = 0;
+  Job::End end = Job::End::kLength;
+  std::string error;
+  for (;;) {
+    const int32_t next = sampler.Sample(session_->Logits());
+    {
+      std::lock_guard lock(job.mu);
+      job.tokens.push_back(next);
+    }
+    job.cv.notify_all();
+    ++generated;
+    if (next == info.eos_token_id) {
+      end = Job::End::kEos;
+      break;
+    }
+    if (generated >= job.max_tokens || session_->position() >= info.context_capacity) break;
+    if (should_end()) {
+      end = job.IsCancelled() ? Job::End::kCancelled : Job::End::kEos;
+      break;
+    }
+    Status st = session_->Decode(next);
+    PublishStats();
+    if (!st.ok()) {
+      session_->Reset();
+      fed_.clear();
+      end = Job::End::kError;
+      error = st.message();
+      break;
+    }
+    fed_.push_back(next);
+  }
+  metrics_->AddDecode(generated, Seconds(t1));
+  if (end == Job::End::kCancelled) metrics_->CountCancelled();
+  Finish(job, end, error);
+}
+
+}  // namespace deltafin::server

@@ -1,0 +1,96 @@
+// The engine worker and its bounded FIFO queue.
+//
+// One worker thread owns the Session (the model is never touched by HTTP threads). Requests are
+// Jobs: the HTTP thread submits one (refused when the queue is full), then reads the tokens the
+// worker pushes into the Job and may cancel it at any time (client gone, stop sequence seen).
+// The worker checks for cancellation before every decode step and between prefill chunks, and a
+// queued Job that is cancelled leaves the queue at once.
+//
+// Conversation state reuse: the worker remembers every token the Session has been fed. When a
+// new prompt starts with exactly those tokens (a growing chat whose client sent back the previous
+// answer), only the rest of the prompt is prefilled; anything else resets the Session. This is
+// exact: the state after feeding a sequence does not depend on how it was split.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "deltafin/engine.h"
+#include "server/metrics.h"
+#include "server/request.h"
+
+namespace deltafin::server {
+
+struct Job {
+  // Set by the submitter before Submit().
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int64_t max_tokens = 0;  // > 0
+
+  enum class End { kNone, kEos, kLength, kCancelled, kError };
+
+  // Worker -> reader. Guarded by mu; cv signals every change.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> tokens;  // generated so far (reader keeps its own cursor)
+  bool started = false;         // the worker took the job (prefill running)
+  bool prefilled = false;       // prompt processed; first token follows
+  int64_t cached_tokens = 0;    // prompt tokens reused from the saved state
+  End end = End::kNone;
+  std::string error;
+  double prefill_seconds = 0;
+
+  // The client is gone: counted as cancelled in /metrics.
+  void Cancel() { cancelled.store(true); }
+  // The reader has all it needs (a stop sequence completed): generation ends normally.
+  void Stop() { stop_requested.store(true); }
+  bool IsCancelled() const { return cancelled.load(); }
+
+ private:
+  friend class Scheduler;
+  std::atomic<bool> cancelled{false};
+  std::atomic<bool> stop_requested{false};
+};
+
+class Scheduler {
+ public:
+  // prefill_piece: prompt tokens fed per Prefill call (cancellation is checked between pieces).
+  Scheduler(const Engine& engine, int max_queue, int64_t prefill_piece, Metrics* metrics);
+  ~Scheduler();  // stops the worker (running and queued jobs end as cancelled)
+
+  // Queues the job; false when max_queue jobs are already waiting (a job the idle worker takes at
+  // once does not wait, so max_queue 0 still runs one request at a time).
+  bool Submit(const std::shared_ptr<Job>& job);
+  // Cancels the job and removes it from the queue if it is still waiting.
+  void Cancel(const std::shared_ptr<Job>& job);
+  int queued() const;
+
+ private:
+  void Run();
+  void Process(Job& job);
+  void Finish(Job& job, Job::End end, const std::string& error = "");
+  void PublishStats();
+
+  const Engine& engine_;
+  const int max_queue_;
+  const int64_t prefill_piece_;
+  Metrics* metrics_;
+  std::unique_ptr<Session> session_;
+  std::vector<int32_t> fed_;  // every token the session has been fed, in order
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool stopping_ = false;
+  bool busy_ = false;  // the worker holds a job
+  std::thread worker_;
+};
+
+}  // namespace deltafin::server

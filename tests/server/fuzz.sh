@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Bounded libFuzzer run of the server's request parser + chat rendering (fuzz_request.cc) with
+# ASan and UBSan.   tests/server/fuzz.sh OUT_DIR [SECONDS (default 30)]
+# Built with Debian's clang directly (the project's build uses g++, which has no libFuzzer).
+set -euo pipefail
+out=$1
+secs=${2:-30}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+mkdir -p "$out/corpus"
+clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+  -I"$root/src" -I"$root/include" -DDF_FUZZ_MODEL_DIR="\"$root/tests/data/golden/tiny-k3\"" \
+  "$root/tests/server/fuzz_request.cc" "$root/src/server/request.cc" \
+  "$root"/src/tokenizer/{utf8,vocab,pretokenizer,bpe,tokenizer,chat_template,chat_parser}.cc \
+  "$root/src/io/mapped_file.cc" "$root/src/base/log.cc" \
+  $(pkg-config --cflags --libs libpcre2-8) -lpthread -o "$out/fuzz_request"
+# Seeds: a full chat request with tools and tool results, and a completion.
+cat >"$out/corpus/chat" <<'JSON'
+0{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"assistant","content":null,"reasoning_content":"r","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c1","content":"42"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"stream":true,"stream_options":{"include_usage":true},"stop":["x","y"],"max_completion_tokens":5,"temperature":0.5,"top_p":0.9,"top_k":3,"seed":1,"reasoning_effort":"low"}
+JSON
+printf '1{"prompt":"Hello <|open|> world","max_tokens":3,"echo":true,"stop":"\\n"}' >"$out/corpus/completion"
+printf '1{"prompt":[1,2,3,4000000000]}' >"$out/corpus/ids"
+"$out/fuzz_request" -max_total_time="$secs" -max_len=4096 -timeout=10 "$out/corpus" 2>&1 | tail -4

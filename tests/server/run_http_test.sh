@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# ctest server_http (label e2e): raw HTTP, load and security checks of `deltafin serve` with the
+# tiny model (http_test.py), plus the refusal to bind a non-loopback address without a key.
+#   run_http_test.sh DELTAFIN_BINARY WORK_DIR
+set -euo pipefail
+bin=$1
+work=$2
+src=$(cd "$(dirname "$0")" && pwd)
+source "$src/serve_lib.sh"
+trap stop_servers EXIT
+mkdir -p "$work"
+rm -rf "$work/model"
+"$bin" make-model --preset tiny --out "$work/model" >/dev/null
+
+# Security: a non-loopback bind without --api-key is refused before anything is loaded.
+if out=$("$bin" serve --model "$work/model" --host 0.0.0.0 --port 0 2>&1); then
+  echo "serve --host 0.0.0.0 without a key started: $out" >&2; exit 1
+fi
+grep -q "insecure-no-auth" <<<"$out" || { echo "unexpected refusal: $out" >&2; exit 1; }
+echo "ok - non-loopback bind without --api-key refused"
+
+start_server base "$work/serve.log" --model "$work/model" --threads 1 --max-queue 2 \
+  --ping-interval 0.1 --max-body-mib 1 --read-timeout 1
+python3 "$src/http_test.py" "$base" "$base_pid" || { echo "--- server log"; tail -30 "$work/serve.log"; exit 1; }
+# No prompt or output text in the log without --log-prompts.
+if grep -q "capital of France" "$work/serve.log"; then echo "prompt text was logged" >&2; exit 1; fi
+echo "ok - prompts not logged"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# ctest server_sdk (label e2e): `deltafin serve` on loopback with the tiny model, driven by the
+# official OpenAI Node SDK (sdk_test.mjs).
+#   run_sdk_test.sh DELTAFIN_BINARY WORK_DIR
+# npm ci installs the locked `openai` package into WORK_DIR (never into the source tree).
+set -euo pipefail
+bin=$1
+work=$2
+src=$(cd "$(dirname "$0")" && pwd)
+source "$src/serve_lib.sh"
+trap stop_servers EXIT
+mkdir -p "$work"
+cp "$src/package.json" "$src/package-lock.json" "$src/sdk_test.mjs" "$work/"
+if ! cmp -s "$src/package-lock.json" "$work/node_modules/.deltafin-lock" 2>/dev/null; then
+  (cd "$work" && npm ci --no-audit --no-fund --loglevel=error)
+  cp "$src/package-lock.json" "$work/node_modules/.deltafin-lock"
+fi
+rm -rf "$work/model"
+"$bin" make-model --preset tiny --out "$work/model" >/dev/null
+start_server base "$work/serve.log" --model "$work/model" --max-queue 1 --threads 1
+start_server auth "$work/serve_auth.log" --model "$work/model" --api-key sekrit --threads 1
+WORK_DIR=$work node "$work/sdk_test.mjs" "$bin" "$work/model" "$base" "$auth" sekrit || {
+  echo "--- server log"; tail -30 "$work/serve.log"; exit 1; }

@@ -1,0 +1,288 @@
+// Unit tests of the server's pure parts: request parsing and validation, the sampler, stop
+// sequences held back while streaming, the token-stream -> reasoning/content/tool-call assembler
+// (on synthetic K3 output built with the golden tiny tokenizer), and the response JSON shapes.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "deltafin/engine.h"
+#include "server/output.h"
+#include "server/request.h"
+#include "server/response_json.h"
+#include "server/sampler.h"
+#include "server/stop_matcher.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deltafin::server {
+namespace {
+
+const char kModel[] = DF_TEST_DATA_DIR "/golden/tiny-k3";
+
+std::optional<ApiError> Parse(const std::string& body, GenerationRequest* r,
+                              Endpoint ep = Endpoint::kChat) {
+  return ParseGenerationRequest(body, ep, RequestDefaults{}, r);
+}
+
+TEST(RequestTest, AcceptsAFullChatRequestAndIgnoresUnknownFields) {
+  GenerationRequest r;
+  auto err = Parse(R"({"model":"m","messages":[{"role":"developer","content":"be brief"},
+    {"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true},
+    "max_tokens":50,"max_completion_tokens":20,"temperature":0.7,"top_p":0.9,"top_k":40,
+    "seed":-1,"stop":"END","n":1,"logit_bias":{},"user":"x","store":false,"zzz":[1],
+    "reasoning_effort":"medium","tool_choice":"auto"})",
+                   &r);
+  ASSERT_FALSE(err) << err->message;
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.max_tokens, 20);
+  EXPECT_DOUBLE_EQ(r.sampling.temperature, 0.7);
+  EXPECT_EQ(r.sampling.top_k, 40);
+  EXPECT_EQ(r.sampling.seed, UINT64_MAX);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"END"});
+  EXPECT_EQ(r.messages[0]["role"], "system");
+  EXPECT_TRUE(r.chat.thinking);
+  EXPECT_EQ(r.chat.reasoning_effort, "medium");
+  EXPECT_FALSE(r.max_tokens == std::nullopt);
+}
+
+TEST(RequestTest, RejectsWhatItCannotHonourNamingTheField) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"messages":[{"role":"user","content":"x"}],"n":3})", "n"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"1":2}})", "logit_bias"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})", "logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"presence_penalty":0.5})",
+       "presence_penalty"},
+      {R"({"messages":[{"role":"user","content":"x"}],"temperature":"1"})", "temperature"},
+      {R"({"messages":[{"role":"user","content":"x"}],"temperature":3})", "temperature"},
+      {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":0})", "max_tokens"},
+      {R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":1.5})",
+       "max_completion_tokens"},
+      {R"({"messages":[{"role":"user","content":"x"}],"stop":[1]})", "stop"},
+      {R"({"messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})", "stop"},
+      {R"({"messages":[{"role":"user","content":"x"}],"stream":"yes"})", "stream"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})", "tool_choice"},
+      {R"({"messages":[{"role":"user","content":"x"}],"reasoning_effort":"huge"})",
+       "reasoning_effort"},
+      {R"({"messages":[]})", "messages"},
+      {R"({"messages":"hi"})", "messages"},
+      {R"({})", "messages"},
+  };
+  for (const auto& [body, param] : cases) {
+    GenerationRequest r;
+    auto err = Parse(body, &r);
+    ASSERT_TRUE(err) << body;
+    EXPECT_EQ(err->status, 400) << body;
+    EXPECT_EQ(err->param, param) << body;
+    EXPECT_EQ(err->Body()["error"]["type"], "invalid_request_error");
+  }
+  GenerationRequest r;
+  for (const char* body : {"", "{", "[1,2]", "null", "\"x\"", "{\"messages\":[}"}) {
+    auto err = Parse(body, &r);
+    ASSERT_TRUE(err) << body;
+    EXPECT_EQ(err->status, 400);
+  }
+}
+
+TEST(RequestTest, CompletionPrompts) {
+  GenerationRequest r;
+  ASSERT_FALSE(Parse(R"({"prompt":"abc"})", &r, Endpoint::kCompletion));
+  EXPECT_EQ(r.prompt_text, "abc");
+  EXPECT_EQ(r.max_tokens, 256);  // the server default for completions
+  ASSERT_FALSE(Parse(R"({"prompt":[1,2,3],"max_tokens":4})", &r, Endpoint::kCompletion));
+  EXPECT_TRUE(r.prompt_is_ids);
+  EXPECT_EQ(r.prompt_ids, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_TRUE(Parse(R"({"prompt":["a","b"]})", &r, Endpoint::kCompletion));
+  EXPECT_TRUE(Parse(R"({"prompt":""})", &r, Endpoint::kCompletion));
+  EXPECT_TRUE(Parse(R"({"prompt":"x","logprobs":2})", &r, Endpoint::kCompletion));
+  EXPECT_TRUE(Parse(R"({"prompt":"x","suffix":"y"})", &r, Endpoint::kCompletion));
+}
+
+TEST(RequestTest, BuildPromptRendersTheChatTemplateAndChecksIds) {
+  auto tok = tokenizer::Tokenizer::LoadModelDir(kModel);
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  GenerationRequest r;
+  ASSERT_FALSE(
+      Parse(R"({"messages":[{"role":"user","content":"hi"}],"reasoning_effort":"none"})", &r));
+  std::vector<int32_t> ids;
+  ASSERT_FALSE(BuildPrompt(r, **tok, &ids));
+  auto want = tokenizer::RenderChat(r.messages, nullptr, {.thinking = false});
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(ids, *tokenizer::EncodeChat(**tok, *want));
+  ASSERT_FALSE(Parse(R"({"prompt":[1,99999]})", &r, Endpoint::kCompletion));
+  auto err = BuildPrompt(r, **tok, &ids);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->param, "prompt");
+  // A tool message that answers no call is a template error -> 400.
+  ASSERT_FALSE(Parse(R"({"messages":[{"role":"tool","tool_call_id":"x","content":"1"}]})", &r));
+  EXPECT_TRUE(BuildPrompt(r, **tok, &ids));
+}
+
+TEST(SamplerTest, GreedyIsArgmaxAndSeedsReproduce) {
+  std::vector<float> logits(500);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>((i * 7919) % 101) / 10;
+  Sampler greedy(SamplingParams{});
+  EXPECT_EQ(greedy.Sample(logits), ArgmaxToken(logits));
+  Sampler top1(SamplingParams{.temperature = 1.5, .top_k = 1, .seed = 3});
+  EXPECT_EQ(top1.Sample(logits), ArgmaxToken(logits));
+  auto draw = [&](uint64_t seed, double top_p) {
+    Sampler s(SamplingParams{.temperature = 2.0, .top_p = top_p, .seed = seed});
+    std::vector<int32_t> out;
+    for (int i = 0; i < 50; ++i) out.push_back(s.Sample(logits));
+    return out;
+  };
+  EXPECT_EQ(draw(1, 1), draw(1, 1));
+  EXPECT_NE(draw(1, 1), draw(2, 1));
+  // A tiny nucleus keeps only the best token (the best logit, 10.0, is shared: lowest id wins).
+  for (int32_t id : draw(5, 1e-9)) EXPECT_EQ(id, ArgmaxToken(logits));
+}
+
+TEST(StopMatcherTest, HoldsBackPartialMatchesAndCutsAtTheStop) {
+  StopMatcher m({"STOP", "xyz"});
+  bool stopped = false;
+  EXPECT_EQ(m.Feed("hello S", &stopped), "hello ");  // "S" could start "STOP"
+  EXPECT_FALSE(stopped);
+  EXPECT_EQ(m.Feed("T", &stopped), "");
+  EXPECT_EQ(m.Feed("ART x", &stopped), "START ");  // "STA" cannot match any more
+  EXPECT_EQ(m.Feed("y", &stopped), "");
+  EXPECT_EQ(m.Feed("z and more", &stopped), "");
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(m.Feed("more", &stopped), "");
+  EXPECT_EQ(m.Flush(), "");
+
+  StopMatcher n({"ab"});
+  EXPECT_EQ(n.Feed("xxa", &stopped), "xx");
+  EXPECT_EQ(n.Flush(), "a");  // generation ended without the stop: release what was held
+  StopMatcher none({});
+  EXPECT_EQ(none.Feed("abc", &stopped), "abc");
+}
+
+class AssemblerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto t = tokenizer::Tokenizer::LoadModelDir(kModel);
+    ASSERT_TRUE(t.ok());
+    tok_ = std::move(*t);
+    eos_ = tok_->SpecialId("<|end_of_msg|>");
+  }
+  std::vector<int32_t> Ids(const std::string& text) {
+    tokenizer::EncodeOptions o;
+    o.allow_all_special = true;
+    return *tok_->Encode(text, o);
+  }
+  // Feeds ids one at a time; returns the concatenated deltas and whether the assembler ended.
+  OutputDelta Run(OutputAssembler& a, const std::vector<int32_t>& ids, bool* ended,
+                  std::vector<OutputDelta>* deltas = nullptr) {
+    OutputDelta all, d;
+    *ended = false;
+    for (int32_t id : ids) {
+      *ended = a.Feed(id, &d);
+      if (deltas) deltas->push_back(d);
+      all.reasoning += d.reasoning;
+      all.content += d.content;
+      for (auto& c : d.tool_calls) all.tool_calls.push_back(c);
+      if (*ended) break;
+    }
+    if (!*ended) {
+      a.Finish(&d);
+      all.reasoning += d.reasoning;
+      all.content += d.content;
+    }
+    return all;
+  }
+  std::unique_ptr<tokenizer::Tokenizer> tok_;
+  int32_t eos_ = -1;
+};
+
+TEST_F(AssemblerTest, ReasoningContentAndToolCalls) {
+  GenerationRequest req;  // chat, thinking on
+  OutputAssembler a(req, *tok_, eos_);
+  const auto ids = Ids(
+      "Let me think.<|close|>think<|sep|><|open|>response<|sep|>Checking.<|close|>response<|sep|>"
+      "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"0\"<|sep|>"
+      "<|open|>argument key=\"city\" type=\"string\"<|sep|>Paris<|close|>argument<|sep|>"
+      "<|open|>argument key=\"days\" type=\"number\"<|sep|>3<|close|>argument<|sep|>"
+      "<|close|>call<|sep|><|open|>call tool=\"now\" index=\"1\"<|sep|><|close|>call<|sep|>"
+      "<|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>");
+  bool ended = false;
+  std::vector<OutputDelta> deltas;
+  OutputDelta all = Run(a, ids, &ended, &deltas);
+  EXPECT_TRUE(ended);
+  EXPECT_EQ(all.reasoning, "Let me think.");
+  EXPECT_EQ(all.content, "Checking.");
+  ASSERT_EQ(all.tool_calls.size(), 2u);
+  EXPECT_EQ(all.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(all.tool_calls[0].arguments, R"({"city":"Paris","days":3})");
+  EXPECT_EQ(all.tool_calls[1].index, 1);
+  EXPECT_EQ(a.FinishReason(), "tool_calls");
+  EXPECT_EQ(a.completion_tokens(), static_cast<int64_t>(ids.size()));
+  EXPECT_GT(a.reasoning_tokens(), 0);
+  // Streamed: each call arrives whole in one delta, with its index and an id.
+  ResponseMeta meta{"chatcmpl-abc", 1, "m", Endpoint::kChat};
+  int calls_seen = 0;
+  for (const auto& d : deltas) {
+    if (d.tool_calls.empty()) continue;
+    auto chunk = Chunk(meta, d, false, "", false);
+    const auto& tc = chunk["choices"][0]["delta"]["tool_calls"][0];
+    EXPECT_EQ(tc["index"], calls_seen);
+    EXPECT_EQ(tc["id"], "call_abc_" + std::to_string(calls_seen));
+    EXPECT_EQ(tc["type"], "function");
+    ++calls_seen;
+  }
+  EXPECT_EQ(calls_seen, 2);
+  auto full = FullResponse(meta, all, a.FinishReason(), Usage{10, 5, 0, 2});
+  EXPECT_EQ(full["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(full["choices"][0]["message"]["reasoning_content"], "Let me think.");
+  EXPECT_FALSE(full["choices"][0]["message"]["tool_calls"][0].contains("index"));
+  EXPECT_EQ(full["usage"]["total_tokens"], 15);
+}
+
+TEST_F(AssemblerTest, StopSequenceAcrossTokensEndsWithStop) {
+  GenerationRequest req;
+  req.chat.thinking = false;
+  req.stop = {"world"};
+  OutputAssembler a(req, *tok_, eos_);
+  bool ended = false;
+  std::vector<OutputDelta> deltas;
+  OutputDelta all = Run(a,
+                        Ids("hello wor"
+                            "ld and beyond<|end_of_msg|>"),
+                        &ended, &deltas);
+  EXPECT_TRUE(ended);
+  EXPECT_EQ(all.content, "hello ");
+  EXPECT_EQ(a.FinishReason(), "stop");
+  // Nothing of the stop text was ever emitted.
+  for (const auto& d : deltas) EXPECT_EQ(d.content.find('w'), std::string::npos);
+}
+
+TEST_F(AssemblerTest, CompletionTextLengthAndEos) {
+  GenerationRequest req;
+  req.endpoint = Endpoint::kCompletion;
+  OutputAssembler a(req, *tok_, eos_);
+  bool ended = false;
+  OutputDelta all = Run(a, Ids("plain text"), &ended);
+  EXPECT_FALSE(ended);
+  EXPECT_EQ(all.content, "plain text");
+  EXPECT_EQ(a.FinishReason(), "length");
+  OutputAssembler b(req, *tok_, eos_);
+  all = Run(b, Ids("done<|end_of_msg|>ignored"), &ended);
+  EXPECT_TRUE(ended);
+  EXPECT_EQ(all.content, "done");
+  EXPECT_EQ(b.FinishReason(), "stop");
+}
+
+TEST(ResponseJsonTest, ChunksAndUsage) {
+  ResponseMeta meta{"cmpl-1", 7, "m", Endpoint::kCompletion};
+  OutputDelta d;
+  d.content = "x";
+  auto c = Chunk(meta, d, true, "", true);
+  EXPECT_EQ(c["object"], "text_completion");
+  EXPECT_EQ(c["choices"][0]["text"], "x");
+  EXPECT_TRUE(c["usage"].is_null());
+  auto u = UsageChunk(meta, Usage{3, 4, 1, 0});
+  EXPECT_TRUE(u["choices"].empty());
+  EXPECT_EQ(u["usage"]["prompt_tokens_details"]["cached_tokens"], 1);
+}
+
+}  // namespace
+}  // namespace deltafin::server

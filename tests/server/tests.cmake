@@ -1,0 +1,17 @@
+# Included from tests/CMakeLists.txt (paths relative to tests/). Server tests: unit tests of the
+# pure parts (gtest), the OpenAI Node SDK client test and the raw HTTP / load tests (e2e), all on
+# loopback against `deltafin serve` with the tiny model.
+df_test(server_unit_test LABEL unit SOURCES server/server_unit_test.cc DEPS df_server)
+
+find_program(DF_NODE node)
+find_program(DF_NPM npm)
+if(DF_NODE AND DF_NPM)
+  add_test(NAME server_sdk
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/run_sdk_test.sh $<TARGET_FILE:deltafin>
+                   ${CMAKE_CURRENT_BINARY_DIR}/server-sdk)
+  set_tests_properties(server_sdk PROPERTIES LABELS e2e TIMEOUT 300)
+endif()
+add_test(NAME server_http
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/run_http_test.sh $<TARGET_FILE:deltafin>
+                 ${CMAKE_CURRENT_BINARY_DIR}/server-http)
+set_tests_properties(server_http PROPERTIES LABELS e2e TIMEOUT 300)
