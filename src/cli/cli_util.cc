@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "setup/installer.h"
+#include "setup/stream_store.h"
 
 namespace deltafin::cli {
 
@@ -31,6 +33,11 @@ Result<std::unique_ptr<Engine>> ModelFlags::LoadEngine() const {
   options.audit_expert_scales = audit == "on"    ? EngineOptions::ScaleAudit::kOn
                                 : audit == "off" ? EngineOptions::ScaleAudit::kOff
                                                  : EngineOptions::ScaleAudit::kAuto;
+  // A stream install (deltafin setup --stream) fetches missing experts on first use.
+  DF_ASSIGN_OR_RETURN(setup::InstallKind kind, setup::InspectInstall(model_dir));
+  if (kind == setup::InstallKind::kStream) {
+    DF_ASSIGN_OR_RETURN(options.expert_fetcher, setup::StreamStore::Open(model_dir, {}));
+  }
   return Engine::Load(options);
 }
 

@@ -14,5 +14,7 @@ void RegisterLogits(CLI::App& app, int* exit_code);
 void RegisterTokenize(CLI::App& app, int* exit_code);
 void RegisterBench(CLI::App& app, int* exit_code);
 void RegisterTraceStats(CLI::App& app, int* exit_code);
+void RegisterSetup(CLI::App& app, int* exit_code);
+void RegisterFetchExpertsAll(CLI::App& app, int* exit_code);
 
 }  // namespace deltafin::cli
