@@ -15,6 +15,8 @@ PACKAGES=(
   libpcre2-dev                           # tokenizer pre-tokenizer (PCRE2: UTF, UCP, JIT)
   clang libclang-rt-14-dev               # libFuzzer run of the tokenizer in the test script
   python3                                # small helpers in e2e tests
+  libcurl4-openssl-dev libssl-dev        # setup: HTTP client (libcurl), SHA-256 (libcrypto)
+  nginx                                  # setup tests: a local hub on 127.0.0.1 (Range support)
 )
 
 # The tokenizer oracle test runs OpenAI's tiktoken from npm (WASM). Any node >= 18 with npm will

@@ -11,8 +11,10 @@ Servers (nginx, run unprivileged with its own prefix, `daemon off`, killed with 
   cdn  127.0.0.1:C  serves the same files without auth and answers 403 to any request that
                     carries an Authorization header (a leaked token fails the download)
 Proxy (this process): 127.0.0.1:HP -> hub, 127.0.0.1:CP -> cdn. Per request it reads the rules
-file (a JSON list) and applies the first rule whose "path" is a substring of the request path:
-  {"id": "x", "path": "...", "times": N (default 1, -1 = always),
+file (a JSON list) and applies the first rule whose "path" is a substring of the request path
+(and whose "port", if given, is "hub" or "cdn" as the request's) and that has fired fewer than
+"times" times (drop and corrupt fire only when the response reaches their byte):
+  {"id": "x", "path": "...", "port": "cdn"?, "times": N (default 1, -1 = always),
    "action": "status", "status": 404}            answer with that status, no upstream request
    "action": "drop", "at": OFFSET}               close the connection once the body reaches file
                                                  byte OFFSET
@@ -116,22 +118,30 @@ class Rules:
     def __init__(self, path):
         self.path, self.used, self.lock = path, {}, threading.Lock()
 
-    def match(self, request_path):
+    def match(self, port, request_path):
+        """The first rule for this request that has not fired `times` times yet."""
         try:
             rules = json.load(open(self.path))
         except (OSError, ValueError):
             return None
         with self.lock:
             for r in rules:
-                if r.get("path", "") not in request_path:
+                if r.get("path", "") not in request_path or r.get("port", port) != port:
                     continue
-                key = r.get("id", json.dumps(r, sort_keys=True))
                 times = r.get("times", 1)
-                if times >= 0 and self.used.get(key, 0) >= times:
+                if times >= 0 and self.used.get(self.key(r), 0) >= times:
                     continue
-                self.used[key] = self.used.get(key, 0) + 1
                 return r
         return None
+
+    @staticmethod
+    def key(rule):
+        return rule.get("id", json.dumps(rule, sort_keys=True))
+
+    def fire(self, rule):
+        """Counts one application of a rule (drop/corrupt count only when their byte passes)."""
+        with self.lock:
+            self.used[self.key(rule)] = self.used.get(self.key(rule), 0) + 1
 
 
 def make_handler(name, upstream_port, rules, log_path, log_lock):
@@ -149,7 +159,9 @@ def make_handler(name, upstream_port, rules, log_path, log_lock):
                                     "status": status, "sent": sent}) + "\n")
 
         def do_GET(self):
-            rule = rules.match(self.path)
+            rule = rules.match(name, self.path)
+            if rule and rule["action"] in ("status", "rate"):
+                rules.fire(rule)
             if rule and rule["action"] == "status":
                 body = b"injected\n"
                 self.send_response(rule["status"])
@@ -178,8 +190,10 @@ def make_handler(name, upstream_port, rules, log_path, log_lock):
                     break
                 if rule and rule["action"] == "corrupt" and pos <= rule["at"] < pos + len(chunk):
                     i = rule["at"] - pos
+                    rules.fire(rule)
                     chunk = chunk[:i] + bytes([chunk[i] ^ 0xFF]) + chunk[i + 1:]
                 if rule and rule["action"] == "drop" and pos + len(chunk) > rule["at"]:
+                    rules.fire(rule)
                     part = chunk[:max(0, rule["at"] - pos)]
                     self.wfile.write(part)
                     self.wfile.flush()
