@@ -246,6 +246,7 @@ Status HttpClient::Perform(Handle* h, const std::string& url0, uint64_t begin, u
       headers = curl_slist_append(headers, ("Authorization: Bearer " + options_.token).c_str());
     }
     curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");  // never file:// etc. via Location
     curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
     curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(c, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
