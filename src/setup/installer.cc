@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -219,9 +220,13 @@ Status RunSetup(const SetupOptions& o) {
     return (f.state == "complete" || f.state == "verified" || f.state == "sparse") &&
            InPlace(dir, f);
   };
-  auto fetch_layouts = [&]() -> Status {
+  // Shard headers (two small ranged GETs each): a stream install needs them to know its resident
+  // bytes; a full install uses them to fetch spine shards before expert shards, and both find a
+  // malformed header before the bulk download. Full mode skips files already in place (all
+  // verified); stream mode re-reads those it did not record as settled (they may be sparse).
+  auto fetch_layouts = [&](bool stream) -> Status {
     for (const auto& f : m.files) {
-      if (!IsSafetensorsFile(f.path) || settled(f)) continue;
+      if (!IsSafetensorsFile(f.path) || (stream ? settled(f) : InPlace(dir, f))) continue;
       const std::string url = net::ResolveUrl(http.endpoint, repo, m.commit, f.path);
       DF_ASSIGN_OR_RETURN(ShardLayout layout, FetchRemoteLayout(client, url, f.size));
       plan.layouts[f.path] = std::move(layout);
@@ -247,7 +252,7 @@ Status RunSetup(const SetupOptions& o) {
     }
   }
   m.mode = mode;
-  if (mode == "stream") DF_RETURN_IF_ERROR(fetch_layouts());
+  DF_RETURN_IF_ERROR(fetch_layouts(mode == "stream"));
   DF_ASSIGN_OR_RETURN(const uint64_t need, still_needed(mode == "stream"));
   const uint64_t margin = SpaceMargin(mode == "stream" ? need : full_bytes);
   if (!o.skip_space_check && free_bytes < need + margin) {
@@ -265,6 +270,13 @@ Status RunSetup(const SetupOptions& o) {
   for (size_t i = 0; i < m.files.size(); ++i) {
     (IsSafetensorsFile(m.files[i].path) ? shards : metadata).push_back(i);
   }
+  // Spine first: shards without routed experts before those with them (listing order otherwise).
+  auto has_experts = [&](size_t i) {
+    auto it = plan.layouts.find(m.files[i].path);
+    return it != plan.layouts.end() && !it->second.experts.empty();
+  };
+  std::stable_sort(shards.begin(), shards.end(),
+                   [&](size_t a, size_t b) { return !has_experts(a) && has_experts(b); });
   Progress progress(mode == "full" ? "download" : "download (spine)", need);
   std::mutex manifest_mu;
   auto fetch = [&](size_t i) -> Status {

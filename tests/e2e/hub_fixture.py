@@ -20,8 +20,8 @@ file (a JSON list) and applies the first rule whose "path" is a substring of the
                                                  byte OFFSET
    "action": "corrupt", "at": OFFSET}            flip the bits of file byte OFFSET
    "action": "rate", "bytes_per_second": R}      throttle the body
-Every request is logged as one JSON line: {"port": "hub"|"cdn", "path", "range", "auth", "status",
-"sent"}. Prints one JSON line with the ports and paths, then serves until stdin closes.
+Every request is logged as one JSON line: {"port": "hub"|"cdn", "client" (the client's TCP port,
+one per connection), "path", "range", "auth", "status", "sent"}. Prints one JSON line with the ports and paths, then serves until stdin closes.
 
 Usage: hub_fixture.py --model DIR --root DIR --token TOKEN [--repo ORG/NAME]
 """
@@ -153,7 +153,8 @@ def make_handler(name, upstream_port, rules, log_path, log_lock):
 
         def log(self, status, sent):
             with log_lock, open(log_path, "a") as f:
-                f.write(json.dumps({"port": name, "path": self.path,
+                f.write(json.dumps({"port": name, "client": self.client_address[1],
+                                    "path": self.path,
                                     "range": self.headers.get("Range", ""),
                                     "auth": self.headers.get("Authorization") is not None,
                                     "status": status, "sent": sent}) + "\n")
@@ -223,6 +224,11 @@ def make_handler(name, upstream_port, rules, log_path, log_lock):
 class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def handle_error(self, request, client_address):
+        # Clients that vanish mid-response (kill -9, dropped connections) are the tests' point.
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
 
 
 def main():

@@ -240,7 +240,9 @@ TEST_F(SetupTest, DroppedConnectionResumesFromThePartialFile) {
 }
 
 TEST_F(SetupTest, KilledSetupResumesWithoutRefetchingFinishedFiles) {
-  // Throttle shard bodies so that a run takes seconds; kill -9 it at several points.
+  // Throttle shard bodies (3 MB/s per request) so that a run takes seconds, and kill -9 it at
+  // three points of progress: the spine shard (fetched first, 15.9 MB) 1 MB in; then 3 MB in
+  // with at least one expert shard finished; then 6 MB in.
   SetRules({{{"id", "slow"},
              {"port", "cdn"},
              {"path", ".safetensors"},
@@ -248,49 +250,71 @@ TEST_F(SetupTest, KilledSetupResumesWithoutRefetchingFinishedFiles) {
              {"bytes_per_second", 3000000},
              {"times", -1}}});
   const fs::path m = dir_ / "m";
+  const fs::path spine_partial = m / "model-00001-of-000009.safetensors.partial";
   const std::string cmd = "exec " + Env(kToken) + " " + ShellQuote(DF_BINARY) + " " +
                           SetupArgs("--full", m) + " --jobs 2 > " +
                           ShellQuote((dir_ / "killed.log").string()) + " 2>&1";
+  auto expert_shards_done = [&] {
+    std::set<std::string> done;
+    if (!fs::exists(m)) return done;
+    for (const auto& e : fs::directory_iterator(m)) {
+      const std::string name = e.path().filename().string();
+      if (name.size() > 12 && name.substr(name.size() - 12) == ".safetensors") done.insert(name);
+    }
+    return done;
+  };
   std::set<std::string> done_at_kill;
   size_t log_at_kill = 0;
-  bool saw_partial = false;
-  for (int delay_ms : {800, 1000, 1200}) {
+  for (const auto& [spine_bytes, expert_shards] :
+       std::vector<std::pair<uint64_t, size_t>>{{1000000, 0}, {3000000, 1}, {6000000, 1}}) {
     pid_t pid = 0;
     const char* argv[] = {"sh", "-c", cmd.c_str(), nullptr};
     ASSERT_EQ(::posix_spawnp(&pid, "sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    std::error_code ec;
+    while (std::chrono::steady_clock::now() < deadline &&
+           !(fs::exists(spine_partial, ec) && fs::file_size(spine_partial, ec) >= spine_bytes &&
+             expert_shards_done().size() >= expert_shards)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     ::kill(pid, SIGKILL);
     int status = 0;
     ::waitpid(pid, &status, 0);
-    if (fs::exists(m)) {
-      for (const auto& e : fs::directory_iterator(m)) {
-        const std::string name = e.path().filename().string();
-        if (name.find(".partial") != std::string::npos)
-          saw_partial = true;
-        else if (name.find(".safetensors") != std::string::npos)
-          done_at_kill.insert(name);
-      }
-    }
+    ASSERT_TRUE(WIFSIGNALED(status)) << "setup finished before the kill at " << spine_bytes
+                                     << " bytes: " << ReadAll(dir_ / "killed.log");
+    ASSERT_GE(fs::file_size(spine_partial, ec), spine_bytes) << ReadAll(dir_ / "killed.log");
+    done_at_kill = expert_shards_done();
     log_at_kill = ProxyLog().size();
   }
-  EXPECT_TRUE(saw_partial) << "no kill landed mid-file";
+  EXPECT_FALSE(done_at_kill.empty());
   SetRules(nlohmann::json::array());
   auto run = Deltafin(SetupArgs("--full", m));
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_NE(run.output.find("resuming"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("resuming " + spine_partial.parent_path().string()), std::string::npos)
+      << run.output;
   ExpectSameFiles(m);
+  // Files finished before the last kill were not requested again (not even their headers), and
+  // the spine shard continued from its partial bytes rather than from byte 0.
   const auto log = ProxyLog();
+  bool spine_resumed = false;
   for (size_t i = log_at_kill; i < log.size(); ++i) {
+    const std::string path = log[i]["path"].get<std::string>();
     for (const auto& name : done_at_kill) {
-      EXPECT_EQ(log[i]["path"].get<std::string>().find(name), std::string::npos)
+      EXPECT_EQ(path.find(name), std::string::npos)
           << name << " was finished before the last kill but fetched again";
     }
+    const std::string range = log[i]["range"].get<std::string>();
+    if (log[i]["port"] == "cdn" && path.find("model-00001-of") != std::string::npos &&
+        range.rfind("bytes=", 0) == 0 && std::stoull(range.substr(6)) >= 6000000) {
+      spine_resumed = true;
+    }
   }
+  EXPECT_TRUE(spine_resumed);
 }
 
 TEST_F(SetupTest, CorruptByteFailsSha256AndTheFileIsFetchedAgain) {
   const std::string shard = "model-00003-of-000009.safetensors";
-  SetRules({{{"port", "cdn"}, {"path", shard}, {"action", "corrupt"}, {"at", 4242}}});
+  SetRules({{{"port", "cdn"}, {"path", shard}, {"action", "corrupt"}, {"at", 1000000}}});
   auto run = Deltafin(SetupArgs("--full", dir_ / "m"));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("sha256 mismatch"), std::string::npos) << run.output;
@@ -355,10 +379,13 @@ TEST_F(SetupTest, StreamInstallGeneratesTheSameTokensAsFullAndUpgradesToFull) {
   }
   const size_t before_run = ProxyLog().size();
   EXPECT_EQ(Generate(s), Generate(Model()));
-  // Each expert came with exactly one ranged GET of its whole span.
+  // Each expert came with exactly one ranged GET of its whole span, over a few keep-alive
+  // connections (the pool holds at most 8 handles, each keeping its connection to hub and CDN).
   const auto log = ProxyLog();
   int expert_gets = 0;
+  std::set<std::pair<std::string, int>> connections;
   for (size_t i = before_run; i < log.size(); ++i) {
+    connections.insert({log[i]["port"].get<std::string>(), log[i]["client"].get<int>()});
     if (log[i]["port"] != "cdn") continue;
     const std::string range = log[i]["range"].get<std::string>();
     const size_t dash = range.find('-');
@@ -368,14 +395,22 @@ TEST_F(SetupTest, StreamInstallGeneratesTheSameTokensAsFullAndUpgradesToFull) {
                                  << log[i].dump();
     ++expert_gets;
   }
-  EXPECT_GT(expert_gets, 0);
+  EXPECT_GT(expert_gets, 32);
+  EXPECT_LE(connections.size(), 16u)
+      << expert_gets << " experts fetched over " << connections.size() << " connections";
   // A second identical run needs nothing new.
   const size_t before_second = ProxyLog().size();
   EXPECT_EQ(Generate(s), Generate(Model()));
   EXPECT_EQ(ProxyLog().size(), before_second);
   // Upgrade: every hole filled, every shard verified, the install is full.
+  const size_t before_all = ProxyLog().size();
   auto all = Deltafin("fetch-experts-all --model-dir " + ShellQuote(s.string()));
   ASSERT_EQ(all.exit_code, 0) << all.output;
+  // It fetched exactly the experts the runs had not: tiny has 8 MoE layers of 64 experts.
+  const auto after = ProxyLog();
+  int upgrade_gets = 0;
+  for (size_t i = before_all; i < after.size(); ++i) upgrade_gets += after[i]["port"] == "cdn";
+  EXPECT_EQ(upgrade_gets + expert_gets, 8 * 64);
   ExpectSameFiles(s);
   const std::string manifest = ReadAll(s / ".deltafin/manifest.json");
   EXPECT_NE(manifest.find("\"mode\": \"full\""), std::string::npos) << manifest;
