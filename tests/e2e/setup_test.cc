@@ -90,18 +90,20 @@ class SetupTest : public ::testing::Test {
   static fs::path Model() { return *root_ / "model"; }
 
   // The environment of every command: our endpoint, an empty HF_HOME, no proxies.
-  static std::string Env(const std::string& token) {
+  static std::string Env(const std::string& token, bool endpoint = true) {
     std::string env =
         "env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY "
-        "-u all_proxy -u HF_TOKEN -u HF_TOKEN_PATH HF_ENDPOINT=" +
-        Endpoint() + " HF_HOME=" + ShellQuote((*root_ / "empty-hf-home").string());
+        "-u all_proxy -u HF_TOKEN -u HF_TOKEN_PATH -u HF_ENDPOINT HF_HOME=" +
+        ShellQuote((*root_ / "empty-hf-home").string());
+    if (endpoint) env += " HF_ENDPOINT=" + Endpoint();
     if (!token.empty()) env += " HF_TOKEN=" + token;
     return env;
   }
-  // Runs `deltafin <args>` with Env(token) (RunCli runs DF_BINARY after a prefix; see below).
-  static testing::CliRun Deltafin(const std::string& args, const std::string& token = kToken) {
+  // Runs `deltafin <args>` with Env(token, endpoint), bounded by `timeout 120`.
+  static testing::CliRun Deltafin(const std::string& args, const std::string& token = kToken,
+                                  bool endpoint = true) {
     const std::string cmd =
-        "timeout 120 " + Env(token) + " " + ShellQuote(DF_BINARY) + " " + args + " 2>&1";
+        "timeout 120 " + Env(token, endpoint) + " " + ShellQuote(DF_BINARY) + " " + args + " 2>&1";
     testing::CliRun run;
     std::FILE* pipe = ::popen(cmd.c_str(), "r");
     char buf[4096];
@@ -135,9 +137,11 @@ class SetupTest : public ::testing::Test {
       EXPECT_TRUE(ReadAll(installed) == ReadAll(e.path())) << installed << " differs";
     }
   }
-  static std::string Generate(const fs::path& model) {
+  static std::string Generate(const fs::path& model, const std::string& token = kToken,
+                              bool endpoint = true) {
     auto run = Deltafin("run --model " + ShellQuote(model.string()) +
-                        " --prompt-ids 72,101,108,108,111 --max-new 8");
+                            " --prompt-ids 72,101,108,108,111 --max-new 8",
+                        token, endpoint);
     EXPECT_EQ(run.exit_code, 0) << run.output;
     const auto open = run.output.find('['), close = run.output.find(']');
     return open == std::string::npos ? run.output : run.output.substr(open, close - open + 1);
@@ -365,8 +369,12 @@ TEST_F(SetupTest, DiskFullGivesTheNumbersAndLeavesNoCorruptFileInPlace) {
 
 TEST_F(SetupTest, StreamInstallGeneratesTheSameTokensAsFullAndUpgradesToFull) {
   const fs::path s = dir_ / "stream";
-  auto run = Deltafin(SetupArgs("--stream", s));
+  // The token comes from --token (no HF_TOKEN): setup keeps it, owner-only, for run time.
+  auto run = Deltafin(SetupArgs("--stream", s) + " --token " + kToken, "");
   ASSERT_EQ(run.exit_code, 0) << run.output;
+  struct stat token_stat {};
+  ASSERT_EQ(::stat((s / ".deltafin/token").c_str(), &token_stat), 0);
+  EXPECT_EQ(token_stat.st_mode & 0777, 0600u);
   // Expert shards are sparse files of full size: their experts are holes.
   for (int i = 2; i <= 9; ++i) {
     char name[64];
@@ -378,7 +386,8 @@ TEST_F(SetupTest, StreamInstallGeneratesTheSameTokensAsFullAndUpgradesToFull) {
         << name << " is not sparse";
   }
   const size_t before_run = ProxyLog().size();
-  EXPECT_EQ(Generate(s), Generate(Model()));
+  // Neither HF_ENDPOINT nor HF_TOKEN: the endpoint recorded at setup and the saved token serve.
+  EXPECT_EQ(Generate(s, "", /*endpoint=*/false), Generate(Model()));
   // Each expert came with exactly one ranged GET of its whole span, over a few keep-alive
   // connections (the pool holds at most 8 handles, each keeping its connection to hub and CDN).
   const auto log = ProxyLog();
