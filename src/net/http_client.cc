@@ -273,6 +273,7 @@ Status HttpClient::Perform(Handle* h, const std::string& url0, uint64_t begin, u
                 : "");
     if (!a.sink_status.ok()) return a.sink_status;
     if (a.etag_mismatch) {
+      if (response != nullptr) response->etag_changed = true;
       return Status::Error(where + ": the remote file changed during the download (ETag " + a.etag +
                            ", expected " + expect + "); start it again");
     }

@@ -40,6 +40,7 @@ struct HttpResponse {
   std::string final_url;        // after redirects
   uint64_t content_length = 0;  // of this response's body; 0 when absent
   uint64_t total_size = 0;      // from Content-Range ".../TOTAL" of a 206; else content_length
+  bool etag_changed = false;    // GetRange failed because the ETag differed from the expected
 };
 
 // Receives the body of a ranged GET in order: (bytes, count) at body position `offset` relative

@@ -63,10 +63,11 @@ std::string ReadSmall(const std::string& path) {
 }
 
 // One attempt: resume or start the partial file, fetch the rest, hash it, compare.
-// *digest_mismatch is set when the bytes arrived but hash to the wrong value.
+// *start_over is set when the partial bytes were discarded (they hash to the wrong value, or the
+// remote file's ETag is not the one they came with), so one more attempt from byte 0 makes sense.
 Status FetchAndVerify(net::HttpClient& client, const DownloadTarget& t, Progress* progress,
-                      bool* digest_mismatch) {
-  *digest_mismatch = false;
+                      bool* start_over) {
+  *start_over = false;
   const std::string partial = t.dest + ".partial", etag_path = partial + ".etag";
   const int fd = ::open(partial.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return Status::Error(partial + ": cannot create: " + std::strerror(errno));
@@ -110,8 +111,9 @@ Status FetchAndVerify(net::HttpClient& client, const DownloadTarget& t, Progress
     s = client.GetRange(t.url, have, t.size - have, sink, etag, &response, [&](uint64_t d) {
       if (progress != nullptr) progress->Add(d);
     });
-    if (!s.ok() && s.message().find("remote file changed") != std::string::npos) {
-      ::ftruncate(fd, 0);  // the partial bytes belong to another version: start over next time
+    if (!s.ok() && response.etag_changed) {
+      // The partial bytes belong to another version of the file: drop them.
+      *start_over = ::ftruncate(fd, 0) == 0;
       ::unlink(etag_path.c_str());
     }
   }
@@ -121,7 +123,7 @@ Status FetchAndVerify(net::HttpClient& client, const DownloadTarget& t, Progress
   const std::string digest = hasher.HexDigest();
   const std::string& want = use_sha ? t.sha256 : t.blob_id;
   if (!want.empty() && digest != want) {
-    *digest_mismatch = true;
+    *start_over = true;
     ::unlink(partial.c_str());
     ::unlink(etag_path.c_str());
     return Status::Error(t.dest + ": " + (use_sha ? "sha256" : "git blob sha1") +
@@ -146,11 +148,11 @@ Status DownloadFile(net::HttpClient& client, const DownloadTarget& t, Progress* 
   fs::create_directories(fs::path(t.dest).parent_path(), ec);
   *fetched = true;
   for (int attempt = 1;; ++attempt) {
-    bool mismatch = false;
-    Status s = FetchAndVerify(client, t, progress, &mismatch);
+    bool start_over = false;
+    Status s = FetchAndVerify(client, t, progress, &start_over);
     if (s.ok()) return s;
-    if (!mismatch || attempt >= 2) return s;
-    LogInfo("warning: " + s.message() + "; deleted the bad copy, downloading it again");
+    if (!start_over || attempt >= 2) return s;
+    LogInfo("warning: " + s.message() + "; discarded the partial copy, downloading it again");
   }
 }
 

@@ -5,7 +5,8 @@
 // When the last byte is written the whole file is hashed (the resumed prefix is re-read), compared
 // with the hub's sha256 (LFS) or git blob id, fdatasync'ed and renamed into place; the directory
 // is fsync'ed. A file whose final name exists with the listed size is therefore complete and
-// verified, and is skipped. A digest mismatch deletes the partial file and downloads it once more.
+// verified, and is skipped. A digest mismatch or a changed ETag discards the partial bytes and
+// downloads the file once more from byte 0.
 #pragma once
 
 #include <cstdint>

@@ -316,6 +316,52 @@ TEST_F(SetupTest, KilledSetupResumesWithoutRefetchingFinishedFiles) {
   EXPECT_TRUE(spine_resumed);
 }
 
+TEST_F(SetupTest, ChangedEtagDiscardsThePartialFileAndStartsOver) {
+  SetRules({{{"id", "slow"},
+             {"port", "cdn"},
+             {"path", ".safetensors"},
+             {"action", "rate"},
+             {"bytes_per_second", 3000000},
+             {"times", -1}}});
+  const fs::path m = dir_ / "m";
+  const std::string spine = "model-00001-of-000009.safetensors";
+  const fs::path partial = m / (spine + ".partial");
+  const std::string cmd = "exec " + Env(kToken) + " " + ShellQuote(DF_BINARY) + " " +
+                          SetupArgs("--full", m) + " > /dev/null 2>&1";
+  pid_t pid = 0;
+  const char* argv[] = {"sh", "-c", cmd.c_str(), nullptr};
+  ASSERT_EQ(::posix_spawnp(&pid, "sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  std::error_code ec;
+  while (std::chrono::steady_clock::now() < deadline &&
+         !(fs::exists(partial, ec) && fs::file_size(partial, ec) >= 2000000)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_GE(fs::file_size(partial, ec), 2000000u);
+  // The served file gets a new modification time, so nginx gives it a new ETag.
+  const fs::path served =
+      *root_ / "hub/www" / Repo() / "resolve" / (*info_)["sha"].get<std::string>() / spine;
+  fs::last_write_time(served, fs::last_write_time(served) + std::chrono::hours(1));
+  SetRules(nlohmann::json::array());
+  const size_t before = ProxyLog().size();
+  auto run = Deltafin(SetupArgs("--full", m));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("the remote file changed"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("downloading it again"), std::string::npos) << run.output;
+  ExpectSameFiles(m);
+  bool from_zero = false;
+  const auto log = ProxyLog();
+  for (size_t i = before; i < log.size(); ++i) {
+    from_zero |= log[i]["port"] == "cdn" &&
+                 log[i]["path"].get<std::string>().find(spine) != std::string::npos &&
+                 log[i]["range"] == "bytes=0-" + std::to_string(fs::file_size(Model() / spine) - 1);
+  }
+  EXPECT_TRUE(from_zero) << "the spine shard was not fetched again from byte 0";
+}
+
 TEST_F(SetupTest, CorruptByteFailsSha256AndTheFileIsFetchedAgain) {
   const std::string shard = "model-00003-of-000009.safetensors";
   SetRules({{{"port", "cdn"}, {"path", shard}, {"action", "corrupt"}, {"at", 1000000}}});
