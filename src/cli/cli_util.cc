@@ -12,7 +12,10 @@
 namespace deltafin::cli {
 
 void ModelFlags::Add(CLI::App* cmd) {
-  cmd->add_option("--model", model_dir, "Model directory (Hugging Face layout)")->required();
+  cmd->add_option("--model", model_dir,
+                  "Model directory: a `deltafin setup` install (full or stream) or a Hugging Face "
+                  "snapshot folder")
+      ->required();
   cmd->add_option("--ctx", context, "Context capacity in tokens (0 = min(model limit, 4096))");
   cmd->add_option("--prefill-chunk", prefill_chunk, "Positions processed together in prefill")
       ->check(CLI::Range(1, 4096));

@@ -20,6 +20,8 @@ struct ModelFlags {
   std::string audit = "auto";
   int threads = 0;  // compute threads; 0 = every available CPU
   void Add(CLI::App* cmd);
+  // Loads the engine; a stream install gets its expert fetcher (setup/stream_store.h), an
+  // unfinished install is refused with the setup command that completes it.
   Result<std::unique_ptr<Engine>> LoadEngine() const;
 };
 
