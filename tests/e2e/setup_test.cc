@@ -291,6 +291,11 @@ TEST_F(SetupTest, KilledSetupResumesWithoutRefetchingFinishedFiles) {
     log_at_kill = ProxyLog().size();
   }
   EXPECT_FALSE(done_at_kill.empty());
+  // The engine refuses the unfinished install and says how to finish it.
+  auto early = Deltafin("run --model " + ShellQuote(m.string()) + " --prompt-ids 1 --max-new 1");
+  EXPECT_EQ(early.exit_code, 1) << early.output;
+  EXPECT_NE(early.output.find("unfinished; run `deltafin setup --full"), std::string::npos)
+      << early.output;
   SetRules(nlohmann::json::array());
   auto run = Deltafin(SetupArgs("--full", m));
   ASSERT_EQ(run.exit_code, 0) << run.output;
