@@ -16,6 +16,8 @@ PACKAGES=(
   clang libclang-rt-14-dev               # libFuzzer run of the tokenizer in the test script
   python3                                # small helpers in e2e tests
   libcpp-httplib-dev                     # `deltafin serve` (HTTP server)
+  libcurl4-openssl-dev libssl-dev        # setup: HTTP client (libcurl), SHA-256 (libcrypto)
+  nginx                                  # setup tests: a local hub on 127.0.0.1 (Range support)
 )
 
 # The tokenizer oracle test runs OpenAI's tiktoken from npm (WASM). Any node >= 18 with npm will

@@ -7,11 +7,16 @@
 
 #include "base/log.h"
 #include "experts/memory_plan.h"
+#include "setup/installer.h"
+#include "setup/stream_store.h"
 
 namespace deltafin::cli {
 
 void ModelFlags::Add(CLI::App* cmd) {
-  cmd->add_option("--model", model_dir, "Model directory (Hugging Face layout)")->required();
+  cmd->add_option("--model", model_dir,
+                  "Model directory: a `deltafin setup` install (full or stream) or a Hugging Face "
+                  "snapshot folder")
+      ->required();
   cmd->add_option("--ctx", context, "Context capacity in tokens (0 = min(model limit, 4096))");
   cmd->add_option("--prefill-chunk", prefill_chunk, "Positions processed together in prefill")
       ->check(CLI::Range(1, 4096));
@@ -72,6 +77,11 @@ Result<EngineOptions> ModelFlags::Options() const {
 
 Result<std::unique_ptr<Engine>> ModelFlags::LoadEngine() const {
   DF_ASSIGN_OR_RETURN(EngineOptions options, Options());
+  // A stream install (deltafin setup --stream) fetches missing experts on first use.
+  DF_ASSIGN_OR_RETURN(setup::InstallKind kind, setup::InspectInstall(model_dir));
+  if (kind == setup::InstallKind::kStream) {
+    DF_ASSIGN_OR_RETURN(options.expert_fetcher, setup::StreamStore::Open(model_dir, {}));
+  }
   DF_ASSIGN_OR_RETURN(auto engine, Engine::Load(options));
   if (!quiet_plan) LogInfo(engine->info().memory_plan);
   return engine;

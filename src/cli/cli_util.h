@@ -30,6 +30,8 @@ struct ModelFlags {
   bool quiet_plan = false;  // do not print the memory plan at load
   void Add(CLI::App* cmd);
   Result<EngineOptions> Options() const;
+  // Loads the engine; a stream install gets its expert fetcher (setup/stream_store.h), an
+  // unfinished install is refused with the setup command that completes it.
   Result<std::unique_ptr<Engine>> LoadEngine() const;
 };
 

@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   deltafin::cli::RegisterBench(app, &exit_code);
   deltafin::cli::RegisterTraceStats(app, &exit_code);
   deltafin::cli::RegisterServe(app, &exit_code);
+  deltafin::cli::RegisterSetup(app, &exit_code);
+  deltafin::cli::RegisterFetchExpertsAll(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

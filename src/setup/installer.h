@@ -1,0 +1,42 @@
+// `deltafin setup`: installs a model from a Hugging Face-style endpoint (docs/SETUP.md).
+//
+// Order of work: preflight (write access, endpoint reachable, file list, token accepted for file
+// downloads, free disk) before the first large byte; then metadata files; then the spine (full:
+// every shard whole; stream: shards without experts whole, shards with experts as sparse files of
+// their resident bytes); then, in full mode, nothing is left. Everything is resumable: rerunning
+// the same command continues where the last run stopped, and on a finished install does nothing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+
+namespace deltafin::setup {
+
+struct SetupOptions {
+  std::string model_dir;
+  std::string mode = "auto";  // full | stream | auto
+  std::string repo;           // default moonshotai/Kimi-K3
+  std::string revision;       // default main
+  std::string token_flag;
+  bool skip_space_check = false;
+  int jobs = 4;             // files downloaded at once
+  int max_connections = 8;  // HTTP connections
+};
+
+Status RunSetup(const SetupOptions& options);
+
+// `deltafin fetch-experts-all`: upgrades a stream install to full.
+Status RunFetchExpertsAll(const std::string& model_dir, const std::string& token_flag,
+                          int max_connections);
+
+// What kind of model folder `model_dir` is, for engine loading.
+enum class InstallKind { kPlainFolder, kFull, kStream };
+// Errors for an unfinished install (a manifest that is not complete).
+Result<InstallKind> InspectInstall(const std::string& model_dir);
+
+// Free space an install of `bytes` needs beyond the bytes themselves: 5% plus 1 GiB.
+uint64_t SpaceMargin(uint64_t bytes);
+
+}  // namespace deltafin::setup

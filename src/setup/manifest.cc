@@ -1,0 +1,124 @@
+#include "setup/manifest.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "io/mapped_file.h"
+
+namespace deltafin::setup {
+
+namespace fs = std::filesystem;
+
+std::string StateDir(const std::string& model_dir) {
+  return (fs::path(model_dir) / ".deltafin").string();
+}
+
+std::string ManifestPath(const std::string& model_dir) {
+  return (fs::path(StateDir(model_dir)) / "manifest.json").string();
+}
+
+void SyncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+Status WriteFileDurably(const std::string& path, const std::string& text, int mode) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return Status::Error(tmp + ": cannot create: " + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string err = std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return Status::Error(tmp + ": write failed: " + err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    return Status::Error(tmp + ": fsync failed: " + std::strerror(errno));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return Status::Error(path + ": cannot rename into place: " + std::strerror(errno));
+  }
+  SyncDirectory(fs::path(path).parent_path().string());
+  return Status::Ok();
+}
+
+Result<std::optional<Manifest>> Manifest::Load(const std::string& model_dir) {
+  const std::string path = ManifestPath(model_dir);
+  if (!fs::exists(path)) return std::optional<Manifest>();
+  DF_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto bad = [&](const std::string& why) {
+    return Status::Error(path + ": " + why + " (delete " + StateDir(model_dir) +
+                         " and run setup again)");
+  };
+  if (j.is_discarded() || !j.is_object()) return bad("not well-formed JSON");
+  if (j.value("format", "") != "deltafin-install/1") return bad("unknown format");
+  Manifest m;
+  try {
+    m.mode = j.at("mode").get<std::string>();
+    m.complete = j.at("complete").get<bool>();
+    m.endpoint = j.at("endpoint").get<std::string>();
+    m.repo = j.at("repo").get<std::string>();
+    m.revision = j.at("revision").get<std::string>();
+    m.commit = j.at("commit").get<std::string>();
+    for (const auto& f : j.at("files")) {
+      ManifestFile mf;
+      mf.path = f.at("path").get<std::string>();
+      mf.size = f.at("size").get<uint64_t>();
+      mf.sha256 = f.value("sha256", "");
+      mf.blob_id = f.value("blob_id", "");
+      mf.state = f.at("state").get<std::string>();
+      m.files.push_back(std::move(mf));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return bad(std::string("missing or mistyped field: ") + e.what());
+  }
+  if (m.mode != "full" && m.mode != "stream") return bad("mode is neither full nor stream");
+  return std::optional<Manifest>(std::move(m));
+}
+
+Status Manifest::Save(const std::string& model_dir) const {
+  nlohmann::json jfiles = nlohmann::json::array();
+  for (const auto& f : this->files) {
+    nlohmann::json jf = {{"path", f.path}, {"size", f.size}, {"state", f.state}};
+    if (!f.sha256.empty()) jf["sha256"] = f.sha256;
+    if (!f.blob_id.empty()) jf["blob_id"] = f.blob_id;
+    jfiles.push_back(std::move(jf));
+  }
+  const nlohmann::json j = {{"format", "deltafin-install/1"},
+                            {"mode", mode},
+                            {"complete", complete},
+                            {"endpoint", endpoint},
+                            {"repo", repo},
+                            {"revision", revision},
+                            {"commit", commit},
+                            {"files", jfiles}};
+  std::error_code ec;
+  fs::create_directories(StateDir(model_dir), ec);
+  return WriteFileDurably(ManifestPath(model_dir), j.dump(1) + "\n");
+}
+
+ManifestFile* Manifest::Find(const std::string& path) {
+  for (auto& f : files) {
+    if (f.path == path) return &f;
+  }
+  return nullptr;
+}
+
+}  // namespace deltafin::setup

@@ -1,0 +1,502 @@
+// End-to-end tests of `deltafin setup`, stream installs and `fetch-experts-all` against real HTTP
+// servers on 127.0.0.1 (tests/e2e/hub_fixture.py: nginx serving a generated tiny model as a hub
+// repository, LFS files redirected to a second "CDN" server, a fault-injecting proxy in front of
+// both). No test reaches the internet.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli_runner.h"
+
+extern char** environ;
+
+namespace deltafin {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::RunCli;
+using testing::ShellQuote;
+
+constexpr char kToken[] = "hf_test_token_1234";
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class SetupTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ =
+        new fs::path(fs::temp_directory_path() / ("deltafin_setup_" + std::to_string(::getpid())));
+    fs::remove_all(*root_);
+    fs::create_directories(*root_ / "hub");
+    fs::create_directories(*root_ / "empty-hf-home");
+    auto made = RunCli("make-model --preset tiny --seed 7 --no-sync --out " +
+                       ShellQuote((*root_ / "model").string()));
+    ASSERT_EQ(made.exit_code, 0) << made.output;
+    // The fixture runs until its stdin closes: popen gives it our pipe as stdout; its stdin is a
+    // FIFO we hold open.
+    const std::string fifo = (*root_ / "fixture-stdin").string();
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    const std::string cmd =
+        "exec python3 " + ShellQuote(std::string(DF_SOURCE_DIR) + "/tests/e2e/hub_fixture.py") +
+        " --model " + ShellQuote((*root_ / "model").string()) + " --root " +
+        ShellQuote((*root_ / "hub").string()) + " --token " + kToken + " < " + ShellQuote(fifo);
+    fixture_ = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(fixture_, nullptr);
+    fifo_fd_ = ::open(fifo.c_str(), O_WRONLY);  // unblocks the shell's redirection
+    char line[4096];
+    ASSERT_NE(std::fgets(line, sizeof(line), fixture_), nullptr) << "hub fixture did not start";
+    info_ = new nlohmann::json(nlohmann::json::parse(line));
+  }
+  static void TearDownTestSuite() {
+    if (fifo_fd_ >= 0) ::close(fifo_fd_);  // the fixture stops nginx and exits
+    if (fixture_ != nullptr) ::pclose(fixture_);
+    if (root_ != nullptr) fs::remove_all(*root_);
+    delete root_;
+    delete info_;
+  }
+
+  void SetUp() override {
+    dir_ = *root_ / ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    SetRules(nlohmann::json::array());
+  }
+
+  static std::string Endpoint() { return (*info_)["endpoint"].get<std::string>(); }
+  static std::string Repo() { return (*info_)["repo"].get<std::string>(); }
+  static fs::path Model() { return *root_ / "model"; }
+
+  // The environment of every command: our endpoint, an empty HF_HOME, no proxies.
+  static std::string Env(const std::string& token, bool endpoint = true) {
+    std::string env =
+        "env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY "
+        "-u all_proxy -u HF_TOKEN -u HF_TOKEN_PATH -u HF_ENDPOINT HF_HOME=" +
+        ShellQuote((*root_ / "empty-hf-home").string());
+    if (endpoint) env += " HF_ENDPOINT=" + Endpoint();
+    if (!token.empty()) env += " HF_TOKEN=" + token;
+    return env;
+  }
+  // Runs `deltafin <args>` with Env(token, endpoint), bounded by `timeout 120`.
+  static testing::CliRun Deltafin(const std::string& args, const std::string& token = kToken,
+                                  bool endpoint = true) {
+    const std::string cmd =
+        "timeout 120 " + Env(token, endpoint) + " " + ShellQuote(DF_BINARY) + " " + args + " 2>&1";
+    testing::CliRun run;
+    std::FILE* pipe = ::popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) run.output.append(buf, n);
+    const int status = ::pclose(pipe);
+    if (status != -1 && WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
+    return run;
+  }
+  std::string SetupArgs(const std::string& mode, const fs::path& dir) const {
+    return "setup " + mode + " --repo " + Repo() + " --model-dir " + ShellQuote(dir.string());
+  }
+
+  static void SetRules(const nlohmann::json& rules) {
+    std::ofstream((*info_)["rules"].get<std::string>() + ".tmp") << rules.dump();
+    fs::rename((*info_)["rules"].get<std::string>() + ".tmp", (*info_)["rules"].get<std::string>());
+  }
+  // Every request the proxy saw, in order.
+  static std::vector<nlohmann::json> ProxyLog() {
+    std::vector<nlohmann::json> out;
+    std::ifstream in((*info_)["log"].get<std::string>());
+    std::string line;
+    while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+    return out;
+  }
+  // Files of the generated model that `dir` holds byte for byte.
+  static void ExpectSameFiles(const fs::path& dir) {
+    for (const auto& e : fs::directory_iterator(Model())) {
+      const fs::path installed = dir / e.path().filename();
+      ASSERT_TRUE(fs::exists(installed)) << installed;
+      EXPECT_TRUE(ReadAll(installed) == ReadAll(e.path())) << installed << " differs";
+    }
+  }
+  static std::string Generate(const fs::path& model, const std::string& token = kToken,
+                              bool endpoint = true) {
+    auto run = Deltafin("run --model " + ShellQuote(model.string()) +
+                            " --prompt-ids 72,101,108,108,111 --max-new 8",
+                        token, endpoint);
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    const auto open = run.output.find('['), close = run.output.find(']');
+    return open == std::string::npos ? run.output : run.output.substr(open, close - open + 1);
+  }
+  static bool AnyDownloadedFile(const fs::path& dir) {
+    for (const auto& e : fs::recursive_directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      if (name.find(".safetensors") != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  static fs::path* root_;
+  static nlohmann::json* info_;
+  static std::FILE* fixture_;
+  static int fifo_fd_;
+  fs::path dir_;
+};
+
+fs::path* SetupTest::root_ = nullptr;
+nlohmann::json* SetupTest::info_ = nullptr;
+std::FILE* SetupTest::fixture_ = nullptr;
+int SetupTest::fifo_fd_ = -1;
+
+TEST_F(SetupTest, NoTokenIs401WithHowToProvideOneBeforeAnyLargeDownload) {
+  auto run = Deltafin(SetupArgs("--full", dir_ / "m"), "");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("401"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("HF_TOKEN"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("--token"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("no token was found"), std::string::npos) << run.output;
+  EXPECT_FALSE(AnyDownloadedFile(dir_)) << "a shard was written before auth was checked";
+  // A wrong token is refused the same way, with a different hint.
+  auto wrong = Deltafin(SetupArgs("--full", dir_ / "m"), "hf_wrong");
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_NE(wrong.output.find("the token that was sent was refused"), std::string::npos)
+      << wrong.output;
+  EXPECT_FALSE(AnyDownloadedFile(dir_));
+}
+
+TEST_F(SetupTest, AutoFullInstallMatchesTheRepoTokenNeverReachesTheCdnRerunDoesNothing) {
+  auto run = Deltafin(SetupArgs("", dir_ / "m"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("setup: full install:"), std::string::npos) << run.output;
+  ExpectSameFiles(dir_ / "m");
+  const std::string manifest = ReadAll(dir_ / "m/.deltafin/manifest.json");
+  EXPECT_NE(manifest.find((*info_)["sha"].get<std::string>()), std::string::npos);
+  // Shards were redirected to the CDN; no request there carried the token (the CDN answers 403
+  // to any Authorization header, so the install succeeding already says so), and nginx's own log
+  // of the CDN shows no Authorization value at all.
+  int cdn_requests = 0;
+  for (const auto& r : ProxyLog()) {
+    if (r["port"] == "cdn") {
+      ++cdn_requests;
+      EXPECT_FALSE(r["auth"].get<bool>()) << r.dump();
+    }
+  }
+  EXPECT_GE(cdn_requests, 9);
+  const std::string cdn_access = ReadAll((*info_)["cdn_access"].get<std::string>());
+  EXPECT_EQ(cdn_access.find(kToken), std::string::npos);
+  EXPECT_NE(ReadAll((*info_)["hub_access"].get<std::string>()).find(kToken), std::string::npos)
+      << "the hub itself must have received the token";
+  // The installed model runs like the source.
+  EXPECT_EQ(Generate(dir_ / "m"), Generate(Model()));
+  // Rerun: nothing to do, no request at all.
+  const size_t before = ProxyLog().size();
+  auto again = Deltafin(SetupArgs("", dir_ / "m"));
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("nothing to do"), std::string::npos) << again.output;
+  EXPECT_EQ(ProxyLog().size(), before);
+}
+
+TEST_F(SetupTest, MissingFileIs404NamingTheFile) {
+  SetRules(
+      {{{"path", "generation_config.json"}, {"action", "status"}, {"status", 404}, {"times", -1}}});
+  auto run = Deltafin(SetupArgs("--full", dir_ / "m"));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("404"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("generation_config.json"), std::string::npos) << run.output;
+  EXPECT_FALSE(fs::exists(dir_ / "m/generation_config.json"));
+}
+
+TEST_F(SetupTest, DroppedConnectionResumesFromThePartialFile) {
+  const std::string shard = "model-00001-of-000009.safetensors";
+  SetRules({{{"port", "cdn"}, {"path", shard}, {"action", "drop"}, {"at", 6000000}}});
+  auto run = Deltafin(SetupArgs("--full", dir_ / "m"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  ExpectSameFiles(dir_ / "m");
+  // The shard was requested again from where the broken response stopped, not from byte 0.
+  bool resumed = false;
+  for (const auto& r : ProxyLog()) {
+    const std::string range = r["range"].get<std::string>();
+    if (r["port"] == "cdn" && r["path"].get<std::string>().find(shard) != std::string::npos &&
+        range.rfind("bytes=", 0) == 0) {
+      const uint64_t start = std::stoull(range.substr(6));
+      if (start >= 5000000) resumed = true;
+    }
+  }
+  EXPECT_TRUE(resumed) << "no Range request resumed the dropped download";
+}
+
+TEST_F(SetupTest, KilledSetupResumesWithoutRefetchingFinishedFiles) {
+  // Throttle shard bodies (3 MB/s per request) so that a run takes seconds, and kill -9 it at
+  // three points of progress: the spine shard (fetched first, 15.9 MB) 1 MB in; then 3 MB in
+  // with at least one expert shard finished; then 6 MB in.
+  SetRules({{{"id", "slow"},
+             {"port", "cdn"},
+             {"path", ".safetensors"},
+             {"action", "rate"},
+             {"bytes_per_second", 3000000},
+             {"times", -1}}});
+  const fs::path m = dir_ / "m";
+  const fs::path spine_partial = m / "model-00001-of-000009.safetensors.partial";
+  const std::string cmd = "exec " + Env(kToken) + " " + ShellQuote(DF_BINARY) + " " +
+                          SetupArgs("--full", m) + " --jobs 2 > " +
+                          ShellQuote((dir_ / "killed.log").string()) + " 2>&1";
+  auto expert_shards_done = [&] {
+    std::set<std::string> done;
+    if (!fs::exists(m)) return done;
+    for (const auto& e : fs::directory_iterator(m)) {
+      const std::string name = e.path().filename().string();
+      if (name.size() > 12 && name.substr(name.size() - 12) == ".safetensors") done.insert(name);
+    }
+    return done;
+  };
+  std::set<std::string> done_at_kill;
+  size_t log_at_kill = 0;
+  for (const auto& [spine_bytes, expert_shards] :
+       std::vector<std::pair<uint64_t, size_t>>{{1000000, 0}, {3000000, 1}, {6000000, 1}}) {
+    pid_t pid = 0;
+    const char* argv[] = {"sh", "-c", cmd.c_str(), nullptr};
+    ASSERT_EQ(::posix_spawnp(&pid, "sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    std::error_code ec;
+    while (std::chrono::steady_clock::now() < deadline &&
+           !(fs::exists(spine_partial, ec) && fs::file_size(spine_partial, ec) >= spine_bytes &&
+             expert_shards_done().size() >= expert_shards)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "setup finished before the kill at " << spine_bytes
+                                     << " bytes: " << ReadAll(dir_ / "killed.log");
+    ASSERT_GE(fs::file_size(spine_partial, ec), spine_bytes) << ReadAll(dir_ / "killed.log");
+    done_at_kill = expert_shards_done();
+    log_at_kill = ProxyLog().size();
+  }
+  EXPECT_FALSE(done_at_kill.empty());
+  // The engine refuses the unfinished install and says how to finish it.
+  auto early = Deltafin("run --model " + ShellQuote(m.string()) + " --prompt-ids 1 --max-new 1");
+  EXPECT_EQ(early.exit_code, 1) << early.output;
+  EXPECT_NE(early.output.find("unfinished; run `deltafin setup --full"), std::string::npos)
+      << early.output;
+  SetRules(nlohmann::json::array());
+  auto run = Deltafin(SetupArgs("--full", m));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("resuming " + spine_partial.parent_path().string()), std::string::npos)
+      << run.output;
+  ExpectSameFiles(m);
+  // Files finished before the last kill were not requested again (not even their headers), and
+  // the spine shard continued from its partial bytes rather than from byte 0.
+  const auto log = ProxyLog();
+  bool spine_resumed = false;
+  for (size_t i = log_at_kill; i < log.size(); ++i) {
+    const std::string path = log[i]["path"].get<std::string>();
+    for (const auto& name : done_at_kill) {
+      EXPECT_EQ(path.find(name), std::string::npos)
+          << name << " was finished before the last kill but fetched again";
+    }
+    const std::string range = log[i]["range"].get<std::string>();
+    if (log[i]["port"] == "cdn" && path.find("model-00001-of") != std::string::npos &&
+        range.rfind("bytes=", 0) == 0 && std::stoull(range.substr(6)) >= 6000000) {
+      spine_resumed = true;
+    }
+  }
+  EXPECT_TRUE(spine_resumed);
+}
+
+TEST_F(SetupTest, ChangedEtagDiscardsThePartialFileAndStartsOver) {
+  SetRules({{{"id", "slow"},
+             {"port", "cdn"},
+             {"path", ".safetensors"},
+             {"action", "rate"},
+             {"bytes_per_second", 3000000},
+             {"times", -1}}});
+  const fs::path m = dir_ / "m";
+  const std::string spine = "model-00001-of-000009.safetensors";
+  const fs::path partial = m / (spine + ".partial");
+  const std::string cmd = "exec " + Env(kToken) + " " + ShellQuote(DF_BINARY) + " " +
+                          SetupArgs("--full", m) + " > /dev/null 2>&1";
+  pid_t pid = 0;
+  const char* argv[] = {"sh", "-c", cmd.c_str(), nullptr};
+  ASSERT_EQ(::posix_spawnp(&pid, "sh", nullptr, nullptr, const_cast<char**>(argv), environ), 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  std::error_code ec;
+  while (std::chrono::steady_clock::now() < deadline &&
+         !(fs::exists(partial, ec) && fs::file_size(partial, ec) >= 2000000)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_GE(fs::file_size(partial, ec), 2000000u);
+  // The served file gets a new modification time, so nginx gives it a new ETag.
+  const fs::path served =
+      *root_ / "hub/www" / Repo() / "resolve" / (*info_)["sha"].get<std::string>() / spine;
+  fs::last_write_time(served, fs::last_write_time(served) + std::chrono::hours(1));
+  SetRules(nlohmann::json::array());
+  const size_t before = ProxyLog().size();
+  auto run = Deltafin(SetupArgs("--full", m));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("the remote file changed"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("downloading it again"), std::string::npos) << run.output;
+  ExpectSameFiles(m);
+  bool from_zero = false;
+  const auto log = ProxyLog();
+  for (size_t i = before; i < log.size(); ++i) {
+    from_zero |= log[i]["port"] == "cdn" &&
+                 log[i]["path"].get<std::string>().find(spine) != std::string::npos &&
+                 log[i]["range"] == "bytes=0-" + std::to_string(fs::file_size(Model() / spine) - 1);
+  }
+  EXPECT_TRUE(from_zero) << "the spine shard was not fetched again from byte 0";
+}
+
+TEST_F(SetupTest, CorruptByteFailsSha256AndTheFileIsFetchedAgain) {
+  const std::string shard = "model-00003-of-000009.safetensors";
+  SetRules({{{"port", "cdn"}, {"path", shard}, {"action", "corrupt"}, {"at", 1000000}}});
+  auto run = Deltafin(SetupArgs("--full", dir_ / "m"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("sha256 mismatch"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(shard), std::string::npos) << run.output;
+  ExpectSameFiles(dir_ / "m");
+}
+
+TEST_F(SetupTest, FileNamesWithDotDotOrAbsolutePathsAreRefused) {
+  for (const std::string repo : {"evil/dotdot", "evil/abs"}) {
+    auto run = Deltafin("setup --full --repo " + repo + " --model-dir " +
+                        ShellQuote((dir_ / "m").string()));
+    EXPECT_EQ(run.exit_code, 1) << run.output;
+    EXPECT_NE(run.output.find("refusing file name"), std::string::npos) << run.output;
+    EXPECT_FALSE(fs::exists(dir_ / "m/config.json"));
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "escaped.json"));
+  EXPECT_FALSE(fs::exists("/tmp/deltafin-abs-escape.json"));
+}
+
+TEST_F(SetupTest, DiskFullGivesTheNumbersAndLeavesNoCorruptFileInPlace) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root (CI runs as root)";
+  const fs::path mnt = dir_ / "tmpfs";
+  fs::create_directories(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=8m") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  }
+  // The preflight refuses with the numbers...
+  auto pre = Deltafin(SetupArgs("--full", mnt / "m"));
+  EXPECT_EQ(pre.exit_code, 1) << pre.output;
+  EXPECT_NE(pre.output.find("not enough disk space"), std::string::npos) << pre.output;
+  EXPECT_NE(pre.output.find(" free, "), std::string::npos) << pre.output;
+  EXPECT_NE(pre.output.find("still to download"), std::string::npos) << pre.output;
+  EXPECT_FALSE(AnyDownloadedFile(mnt));
+  // ...and when told to go ahead, the full disk mid-file is a clear error, not a bad file.
+  auto run = Deltafin(SetupArgs("--full", mnt / "m") + " --skip-space-check --jobs 1");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("the disk is full"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("bytes free"), std::string::npos) << run.output;
+  for (const auto& e : fs::directory_iterator(mnt / "m")) {
+    const fs::path source = Model() / e.path().filename();
+    if (fs::exists(source)) {
+      EXPECT_TRUE(ReadAll(e.path()) == ReadAll(source)) << e.path() << " is in place but wrong";
+    }
+  }
+  EXPECT_FALSE(fs::exists(mnt / "m/model-00001-of-000009.safetensors"));
+  ::umount(mnt.c_str());
+}
+
+TEST_F(SetupTest, StreamInstallGeneratesTheSameTokensAsFullAndUpgradesToFull) {
+  const fs::path s = dir_ / "stream";
+  // The token comes from --token (no HF_TOKEN): setup keeps it, owner-only, for run time.
+  auto run = Deltafin(SetupArgs("--stream", s) + " --token " + kToken, "");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  struct stat token_stat {};
+  ASSERT_EQ(::stat((s / ".deltafin/token").c_str(), &token_stat), 0);
+  EXPECT_EQ(token_stat.st_mode & 0777, 0600u);
+  // Expert shards are sparse files of full size: their experts are holes.
+  for (int i = 2; i <= 9; ++i) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05d-of-000009.safetensors", i);
+    struct stat st {};
+    ASSERT_EQ(::stat((s / name).c_str(), &st), 0);
+    EXPECT_EQ(static_cast<uint64_t>(st.st_size), fs::file_size(Model() / name));
+    EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, fs::file_size(Model() / name) / 2)
+        << name << " is not sparse";
+  }
+  const size_t before_run = ProxyLog().size();
+  // Neither HF_ENDPOINT nor HF_TOKEN: the endpoint recorded at setup and the saved token serve.
+  EXPECT_EQ(Generate(s, "", /*endpoint=*/false), Generate(Model()));
+  // Each expert came with exactly one ranged GET of its whole span, over a few keep-alive
+  // connections (the pool holds at most 8 handles, each keeping its connection to hub and CDN).
+  const auto log = ProxyLog();
+  int expert_gets = 0;
+  std::set<std::pair<std::string, int>> connections;
+  for (size_t i = before_run; i < log.size(); ++i) {
+    connections.insert({log[i]["port"].get<std::string>(), log[i]["client"].get<int>()});
+    if (log[i]["port"] != "cdn") continue;
+    const std::string range = log[i]["range"].get<std::string>();
+    const size_t dash = range.find('-');
+    ASSERT_NE(dash, std::string::npos) << log[i].dump();
+    const uint64_t b = std::stoull(range.substr(6)), e = std::stoull(range.substr(dash + 1));
+    EXPECT_EQ(e - b + 1, 19584u) << "not one tiny-preset expert span (19,584 bytes): "
+                                 << log[i].dump();
+    ++expert_gets;
+  }
+  EXPECT_GT(expert_gets, 32);
+  EXPECT_LE(connections.size(), 16u)
+      << expert_gets << " experts fetched over " << connections.size() << " connections";
+  // A second identical run needs nothing new.
+  const size_t before_second = ProxyLog().size();
+  EXPECT_EQ(Generate(s), Generate(Model()));
+  EXPECT_EQ(ProxyLog().size(), before_second);
+  // Upgrade: every hole filled, every shard verified, the install is full.
+  const size_t before_all = ProxyLog().size();
+  auto all = Deltafin("fetch-experts-all --model-dir " + ShellQuote(s.string()));
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  // It fetched exactly the experts the runs had not: tiny has 8 MoE layers of 64 experts.
+  const auto after = ProxyLog();
+  int upgrade_gets = 0;
+  for (size_t i = before_all; i < after.size(); ++i) upgrade_gets += after[i]["port"] == "cdn";
+  EXPECT_EQ(upgrade_gets + expert_gets, 8 * 64);
+  ExpectSameFiles(s);
+  const std::string manifest = ReadAll(s / ".deltafin/manifest.json");
+  EXPECT_NE(manifest.find("\"mode\": \"full\""), std::string::npos) << manifest;
+  EXPECT_EQ(Generate(s), Generate(Model()));
+}
+
+TEST_F(SetupTest, StreamFetchNeverMarksACorruptExpertPresent) {
+  const fs::path s = dir_ / "stream";
+  ASSERT_EQ(Deltafin(SetupArgs("--stream", s)).exit_code, 0);
+  // Every expert request fails: the run fails naming layer, expert, URL and range, and no
+  // expert is recorded as present.
+  SetRules({{{"port", "cdn"},
+             {"path", "model-0000"},
+             {"action", "status"},
+             {"status", 404},
+             {"times", -1}}});
+  auto run = Deltafin("run --model " + ShellQuote(s.string()) + " --prompt-ids 72,101 --max-new 2");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("layer "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(" expert "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("bytes "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("404"), std::string::npos) << run.output;
+  EXPECT_EQ(fs::file_size(s / ".deltafin/experts.log"), 0u);
+  SetRules(nlohmann::json::array());
+  EXPECT_EQ(Generate(s), Generate(Model()));
+}
+
+}  // namespace
+}  // namespace deltafin
