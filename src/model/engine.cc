@@ -9,7 +9,6 @@
 #include "base/thread_pool.h"
 #include "experts/expert_streamer.h"
 #include "experts/memory_plan.h"
-#include "experts/spine_prefetch.h"
 #include "model/forward.h"
 #include "model/tensor_roster.h"
 #include "model/weights.h"
@@ -22,7 +21,6 @@ struct Engine::Impl {
   std::unique_ptr<ModelWeights> weights;
   // Streamed experts: one cache for all sessions, which therefore run one at a time.
   std::unique_ptr<ExpertStreamer> streamer;
-  std::unique_ptr<SpinePrefetch> spine_prefetch;  // the spine does not fit the budget
   std::mutex stream_mutex;
 };
 
@@ -195,9 +193,6 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
                         ExpertStreamer::Create(*impl->weights, so, std::move(reader)));
     plan.info.expert_read_mode = impl->streamer->read_mode();
   }
-  if (!plan.memory.spine_resident) {
-    impl->spine_prefetch = std::make_unique<SpinePrefetch>(*impl->weights);
-  }
   impl->info = std::move(plan.info);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -214,7 +209,6 @@ std::unique_ptr<Session> Engine::NewSession() const {
   const int64_t chunk = std::min(impl_->options.prefill_chunk, impl_->info.context_capacity);
   auto impl = std::make_unique<Session::Impl>(*impl_->weights, chunk, impl_->info.context_capacity);
   impl->forward.SetExpertFetcher(impl_->options.expert_fetcher.get());
-  impl->forward.SetSpinePrefetch(impl_->spine_prefetch.get());
   if (impl_->streamer) {
     impl->forward.SetExpertStreamer(impl_->streamer.get(), impl_->options.lookahead);
     impl->stream_mutex = &impl_->stream_mutex;

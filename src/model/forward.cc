@@ -102,10 +102,8 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
   }
 
   int64_t n_anchors = 0;
-  if (spine_prefetch_ != nullptr) spine_prefetch_->AdviseLayer(0);
   for (int64_t i = 0; i < c_.num_hidden_layers; ++i) {
     const LayerWeights& lw = w_.layers[static_cast<size_t>(i)];
-    if (spine_prefetch_ != nullptr) spine_prefetch_->AdviseLayer(i + 1);
     // 1. Attention input: the bare partial before any anchor exists (layer 0), else the mix.
     const float* attn_in = partial_.data();
     if (n_anchors > 0) {

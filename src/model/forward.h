@@ -13,7 +13,6 @@
 #include "base/aligned_buffer.h"
 #include "base/status.h"
 #include "deltafin/engine.h"
-#include "experts/spine_prefetch.h"
 #include "model/kda.h"
 #include "model/mla.h"
 #include "model/moe.h"
@@ -38,8 +37,6 @@ class ForwardPass {
   void SetExpertFetcher(ExpertFetcher* fetcher) { expert_fetcher_ = fetcher; }
   // Streamed experts: read through `streamer` (not owned; null = the mapped spans); `lookahead`
   // guesses the next layer's experts with its router and prefetches them.
-  // A spine that does not fit: the next layer's pages are advised while a layer computes.
-  void SetSpinePrefetch(const SpinePrefetch* prefetch) { spine_prefetch_ = prefetch; }
   using Lookahead = EngineOptions::Lookahead;
   void SetExpertStreamer(ExpertStreamer* streamer, Lookahead lookahead) {
     expert_streamer_ = streamer;
@@ -63,7 +60,6 @@ class ForwardPass {
   ForwardObserver* observer_ = nullptr;
   ExpertFetcher* expert_fetcher_ = nullptr;
   ExpertStreamer* expert_streamer_ = nullptr;
-  const SpinePrefetch* spine_prefetch_ = nullptr;
   Lookahead lookahead_ = Lookahead::kOff;
   SessionStats stats_;
 
