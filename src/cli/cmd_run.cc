@@ -42,7 +42,8 @@ class StatsReporter {
     const ModelInfo& info = engine.info();
     if (info.experts_streamed) {
       // The floor's disk bandwidth: the decode access pattern, measured now on these files.
-      auto bps = engine.ProbeExpertReadBandwidth(256, 1);
+      auto bps = engine.ProbeExpertReadBandwidth(
+          256, static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
       if (bps.ok()) disk_bps_ = *bps;
       char line[160];
       std::snprintf(line, sizeof line,
