@@ -249,6 +249,16 @@ int32_t ExpertStreamer::TakeSlotLocked(bool for_prefetch) {
   return -1;
 }
 
+void ExpertStreamer::QueueReadLocked(int32_t s, int32_t key, std::vector<int32_t>* queue,
+                                     SessionStats* stats) {
+  Slot& x = slots_[static_cast<size_t>(s)];
+  x.key = key;
+  x.state = SlotState::kQueued;
+  slot_of_[static_cast<size_t>(key)] = s;
+  queue->push_back(s);
+  stats->expert_bytes_read += disk_bytes_[static_cast<size_t>(key)];
+}
+
 void ExpertStreamer::CancelStaleGuessesLocked(int64_t layer, SessionStats* stats) {
   // Queued guesses for this layer or earlier ones that the layer did not pin will never be used.
   size_t kept = 0;
@@ -283,12 +293,7 @@ void ExpertStreamer::Begin(int64_t layer, std::span<const int32_t> experts, Sess
       LruUnlinkLocked(s);  // a failed guess: read it again as a demand read
       DropLocked(s);
       free_.pop_back();
-      Slot& x = slots_[static_cast<size_t>(s)];
-      x.key = key;
-      x.state = SlotState::kQueued;
-      slot_of_[static_cast<size_t>(key)] = s;
-      demand_q_.push_back(s);
-      stats->expert_bytes_read += disk_bytes_[static_cast<size_t>(key)];
+      QueueReadLocked(s, key, &demand_q_, stats);
       queued = true;
     } else if (s >= 0) {
       Slot& x = slots_[static_cast<size_t>(s)];
@@ -312,12 +317,7 @@ void ExpertStreamer::Begin(int64_t layer, std::span<const int32_t> experts, Sess
       // one per I/O thread, so one is found (max_pinned()).
       s = TakeSlotLocked(false);
       DF_CHECK(s >= 0, "no expert slot free");
-      Slot& x = slots_[static_cast<size_t>(s)];
-      x.key = key;
-      x.state = SlotState::kQueued;
-      slot_of_[static_cast<size_t>(key)] = s;
-      demand_q_.push_back(s);
-      stats->expert_bytes_read += disk_bytes_[static_cast<size_t>(key)];
+      QueueReadLocked(s, key, &demand_q_, stats);
       queued = true;
     }
     slots_[static_cast<size_t>(s)].pinned = true;
@@ -398,14 +398,9 @@ void ExpertStreamer::Prefetch(int64_t layer, std::span<const int32_t> experts,
     if (slot_of_[static_cast<size_t>(key)] >= 0) continue;
     const int32_t s = TakeSlotLocked(true);
     if (s < 0) break;
-    Slot& x = slots_[static_cast<size_t>(s)];
-    x.key = key;
-    x.state = SlotState::kQueued;
-    x.prefetched = true;
-    slot_of_[static_cast<size_t>(key)] = s;
-    prefetch_q_.push_back(s);
+    QueueReadLocked(s, key, &prefetch_q_, stats);
+    slots_[static_cast<size_t>(s)].prefetched = true;
     stats->prefetch_issued += 1;
-    stats->expert_bytes_read += disk_bytes_[static_cast<size_t>(key)];
     queued = true;
   }
   lock.unlock();

@@ -121,6 +121,8 @@ class ExpertStreamer {
   void ReadSlot(int32_t slot_index);
   int32_t TakeSlotLocked(bool for_prefetch);  // a free or evicted slot; -1 if none
   void DropLocked(int32_t s);                 // back to the free list
+  // Gives slot s to `key` and queues its read on `queue` (demand or prefetch).
+  void QueueReadLocked(int32_t s, int32_t key, std::vector<int32_t>* queue, SessionStats* stats);
   void LruUnlinkLocked(int32_t s);
   void LruPushLocked(int32_t s);
   void CancelStaleGuessesLocked(int64_t layer, SessionStats* stats);
