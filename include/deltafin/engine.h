@@ -48,6 +48,9 @@ struct EngineOptions {
   enum class Lookahead { kOff, kLayerOutput, kPostAttention, kBoth };
   Lookahead lookahead = Lookahead::kLayerOutput;
   bool verify_expert_reads = true;  // check every read expert's scale bytes lie in [2, 252]
+  // Row-int8 spine (docs/INT8.md): read the spine linears from <model_dir>/spine-int8 (written by
+  // `deltafin convert-spine-int8`) instead of BF16. Not weight-exact: the logits differ.
+  bool spine_int8 = false;
 };
 
 struct ModelInfo {
@@ -68,6 +71,7 @@ struct ModelInfo {
   uint64_t spine_bytes = 0;
   uint64_t memory_budget = 0;
   const char* expert_read_mode = "mapped";  // "direct", "buffered" or "mapped"
+  bool spine_int8 = false;                  // the spine linears are row-int8 (not weight-exact)
 };
 
 // Receives intermediate values during a forward pass (debug dumps, route tests, traces).

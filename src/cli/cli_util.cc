@@ -45,6 +45,10 @@ void ModelFlags::Add(CLI::App* cmd) {
       ->check(CLI::IsMember({"layer-output", "post-attention", "both", "off"}));
   cmd->add_flag("--no-verify-reads", no_verify_reads,
                 "Streamed experts: skip the scale-byte check of every expert read");
+  cmd->add_option("--spine", spine,
+                  "Spine linears: bf16 (weight-exact, default) or int8 (the row-int8 copy written "
+                  "by `deltafin convert-spine-int8`; about half the memory, not weight-exact)")
+      ->check(CLI::IsMember({"bf16", "int8"}));
 }
 
 Result<EngineOptions> ModelFlags::Options() const {
@@ -72,6 +76,7 @@ Result<EngineOptions> ModelFlags::Options() const {
                       : lookahead == "both"           ? EngineOptions::Lookahead::kBoth
                                                       : EngineOptions::Lookahead::kLayerOutput;
   options.verify_expert_reads = !no_verify_reads;
+  options.spine_int8 = spine == "int8";
   return options;
 }
 

@@ -27,7 +27,8 @@ struct ModelFlags {
   std::string io = "direct";
   std::string lookahead = "layer-output";
   bool no_verify_reads = false;
-  bool quiet_plan = false;  // do not print the memory plan at load
+  std::string spine = "bf16";  // bf16, or int8: the row-int8 spine (docs/INT8.md)
+  bool quiet_plan = false;     // do not print the memory plan at load
   void Add(CLI::App* cmd);
   Result<EngineOptions> Options() const;
   // Loads the engine; a stream install gets its expert fetcher (setup/stream_store.h), an

@@ -165,6 +165,7 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
       {"expert_cache_bytes", info.expert_cache_bytes},
       {"memory_budget", info.memory_budget},
       {"spine_bytes", info.spine_bytes},
+      {"spine", info.spine_int8 ? "int8" : "bf16"},
       {"io_threads", options.io_threads},
       {"lookahead", a.model.lookahead},
   };

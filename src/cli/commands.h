@@ -19,5 +19,6 @@ void RegisterServe(CLI::App& app, int* exit_code);
 void RegisterBenchDecode(CLI::App* bench, int* exit_code);
 void RegisterSetup(CLI::App& app, int* exit_code);
 void RegisterFetchExpertsAll(CLI::App& app, int* exit_code);
+void RegisterConvertSpineInt8(CLI::App& app, int* exit_code);
 
 }  // namespace deltafin::cli

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   deltafin::cli::RegisterServe(app, &exit_code);
   deltafin::cli::RegisterSetup(app, &exit_code);
   deltafin::cli::RegisterFetchExpertsAll(app, &exit_code);
+  deltafin::cli::RegisterConvertSpineInt8(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

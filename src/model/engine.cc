@@ -10,6 +10,7 @@
 #include "experts/expert_streamer.h"
 #include "experts/memory_plan.h"
 #include "model/forward.h"
+#include "model/spine_int8.h"
 #include "model/tensor_roster.h"
 #include "model/weights.h"
 
@@ -37,9 +38,15 @@ struct Session::Impl {
 
 namespace {
 
-uint64_t SpecBytes(const std::vector<TensorSpec>& specs) {
+// Resident bytes of `specs`; with the row-int8 spine, converted matrices count as int8 plus one
+// fp32 scale per row (their BF16 shard pages stay mapped but are never touched).
+uint64_t SpecBytes(const std::vector<TensorSpec>& specs, bool spine_int8) {
   uint64_t total = 0;
   for (const auto& spec : specs) {
+    if (spine_int8) {
+      total += SpineInt8TensorBytes(spec.name, spec.dtype, spec.shape);
+      continue;
+    }
     uint64_t n = DTypeSize(spec.dtype);
     for (int64_t d : spec.shape) n *= static_cast<uint64_t>(d);
     total += n;
@@ -74,9 +81,9 @@ uint64_t SessionBytes(const ModelConfig& c, int64_t chunk, int64_t capacity) {
 Result<MemoryPlan> PlanFor(const EngineOptions& o, const ModelConfig& c, int64_t chunk,
                            int64_t capacity) {
   MemoryNeeds needs;
-  needs.spine_bytes = SpecBytes(GlobalTensorSpecs(c));
+  needs.spine_bytes = SpecBytes(GlobalTensorSpecs(c), o.spine_int8);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const uint64_t layer = SpecBytes(LayerTensorSpecs(c, l));
+    const uint64_t layer = SpecBytes(LayerTensorSpecs(c, l), o.spine_int8);
     needs.spine_bytes += layer;
     needs.largest_layer_spine = std::max(needs.largest_layer_spine, layer);
   }
@@ -136,6 +143,10 @@ Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c
   info.context_capacity = capacity;
   info.expert_bytes = c.ExpertBytes();
   info.memory_plan = p.memory.Describe();
+  info.spine_int8 = options.spine_int8;
+  if (options.spine_int8) {
+    info.memory_plan += "\n  spine: row-int8 (not weight-exact: logits differ from the BF16 model)";
+  }
   info.experts_streamed = p.memory.experts_streamed;
   info.expert_cache_bytes = p.memory.expert_cache_bytes;
   info.spine_bytes = p.memory.needs.spine_bytes;
@@ -183,6 +194,9 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   }
   DF_ASSIGN_OR_RETURN(impl->weights,
                       ModelWeights::Load(options.model_dir, std::move(config), bind));
+  if (options.spine_int8) {
+    DF_RETURN_IF_ERROR(AttachSpineInt8(options.model_dir, impl->weights.get()));
+  }
   if (plan.memory.experts_streamed) {
     DF_ASSIGN_OR_RETURN(auto reader, OpenShardSpanReader(*impl->weights, options.direct_io));
     ExpertStreamOptions so;

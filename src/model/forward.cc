@@ -3,7 +3,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "kernels/matvec.h"
+#include "model/linear.h"
 #include "model/ops.h"
 #include "quant/bf16.h"
 
@@ -75,7 +75,7 @@ void ForwardPass::Tail(int64_t t, int64_t n_anchors, float* logits) {
              tail_.data());
   RmsNorm(tail_.data(), w_.final_norm.data(), h, c_.rms_norm_eps, tail_.data());
   if (observer_) observer_->OnActivation(position_ + t, -1, "final_hidden", tail_.span());
-  kernels::MatVecBf16(w_.lm_head.data, c_.vocab_size, h, tail_.data(), logits);
+  Linear(w_.lm_head, tail_.data(), 1, logits);
 }
 
 Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, float* logits) {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/matvec.h"
+#include "model/linear.h"
 #include "model/ops.h"
 
 namespace deltafin {
@@ -68,16 +68,16 @@ void KdaScratch::Reserve(const ModelConfig& c, int64_t max_positions) {
 
 void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64_t n,
                 KdaState* state, KdaScratch* s, float* out) {
-  const int64_t hidden = c.hidden_size, p = c.kda_width(), heads = c.kda_heads,
-                dim = c.kda_head_dim, kernel = c.conv_kernel_size;
+  const int64_t p = c.kda_width(), heads = c.kda_heads, dim = c.kda_head_dim,
+                kernel = c.conv_kernel_size;
   // Projections of all n positions at once (they only depend on x).
-  kernels::MatMulBf16(w.q_proj.data, p, hidden, x, n, s->q.data());
-  kernels::MatMulBf16(w.k_proj.data, p, hidden, x, n, s->k.data());
-  kernels::MatMulBf16(w.v_proj.data, p, hidden, x, n, s->v.data());
-  kernels::MatMulBf16(w.f_a_proj.data, dim, hidden, x, n, s->f_low.data());
-  kernels::MatMulBf16(w.f_b_proj.data, p, dim, s->f_low.data(), n, s->decay.data());
-  kernels::MatMulBf16(w.b_proj.data, heads, hidden, x, n, s->beta.data());
-  kernels::MatMulBf16(w.g_proj.data, p, hidden, x, n, s->gate.data());
+  Linear(w.q_proj, x, n, s->q.data());
+  Linear(w.k_proj, x, n, s->k.data());
+  Linear(w.v_proj, x, n, s->v.data());
+  Linear(w.f_a_proj, x, n, s->f_low.data());
+  Linear(w.f_b_proj, s->f_low.data(), n, s->decay.data());
+  Linear(w.b_proj, x, n, s->beta.data());
+  Linear(w.g_proj, x, n, s->gate.data());
 
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dim));
   for (int64_t t = 0; t < n; ++t) {
@@ -133,7 +133,7 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
       for (int64_t d = 0; d < dim; ++d) oh[d] *= Sigmoid(gate[d]);
     }
   }
-  kernels::MatMulBf16(w.o_proj.data, hidden, p, s->out.data(), n, out);
+  Linear(w.o_proj, s->out.data(), n, out);
 }
 
 }  // namespace deltafin

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/matvec.h"
+#include "model/linear.h"
 #include "model/ops.h"
 
 namespace deltafin {
@@ -40,18 +41,17 @@ Status MlaForward(const ModelConfig& c, const MlaWeights& w, const float* x, int
                          " positions exceed the session capacity of " +
                          std::to_string(cache->capacity) + " (raise --ctx)");
   }
-  const int64_t hidden = c.hidden_size, heads = c.mla_heads, nope = c.qk_nope_head_dim,
-                rope = c.qk_rope_head_dim, vdim = c.v_head_dim, lora = c.kv_lora_rank,
-                qdim = c.mla_q_head_dim(), kv_width = lora + rope;
-  kernels::MatMulBf16(w.q_a_proj.data, c.q_lora_rank, hidden, x, n, s->q_low.data());
+  const int64_t heads = c.mla_heads, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim,
+                vdim = c.v_head_dim, lora = c.kv_lora_rank, qdim = c.mla_q_head_dim(),
+                kv_width = lora + rope;
+  Linear(w.q_a_proj, x, n, s->q_low.data());
   for (int64_t t = 0; t < n; ++t) {
     float* ql = s->q_low.data() + t * c.q_lora_rank;
     RmsNorm(ql, w.q_a_norm.data(), c.q_lora_rank, kLoraNormEps, ql);
   }
-  kernels::MatMulBf16(w.q_b_proj.data, heads * qdim, c.q_lora_rank, s->q_low.data(), n,
-                      s->q.data());
-  kernels::MatMulBf16(w.kv_a_proj.data, kv_width, hidden, x, n, s->kv.data());
-  kernels::MatMulBf16(w.g_proj.data, heads * vdim, hidden, x, n, s->gate.data());
+  Linear(w.q_b_proj, s->q_low.data(), n, s->q.data());
+  Linear(w.kv_a_proj, x, n, s->kv.data());
+  Linear(w.g_proj, x, n, s->gate.data());
 
   // Append all n positions first: position t attends to cache[0 .. start+t] (causal).
   const int64_t start = cache->length;
@@ -66,6 +66,9 @@ Status MlaForward(const ModelConfig& c, const MlaWeights& w, const float* x, int
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(qdim));
   const int64_t row_stride = nope + vdim;  // kv_b_proj rows per head
+  // kv_b_proj is read in absorbed form (per-head sub-blocks, one of them transposed), so it stays
+  // BF16 even with the row-int8 spine: a departure from spec §3.6 that can only make int8 mode
+  // more accurate (docs/INT8.md).
   for (int64_t t = 0; t < n; ++t) {
     const int64_t visible = start + t + 1;
     float* o = s->out.data() + t * heads * vdim;
@@ -95,7 +98,7 @@ Status MlaForward(const ModelConfig& c, const MlaWeights& w, const float* x, int
       for (int64_t d = 0; d < vdim; ++d) oh[d] *= Sigmoid(gate[d]);
     }
   }
-  kernels::MatMulBf16(w.o_proj.data, hidden, heads * vdim, s->out.data(), n, out);
+  Linear(w.o_proj, s->out.data(), n, out);
   return Status::Ok();
 }
 

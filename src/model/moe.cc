@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/matvec.h"
+#include "model/linear.h"
 #include "model/ops.h"
 
 namespace deltafin {
@@ -38,11 +39,11 @@ void FfnScratch::Reserve(const ModelConfig& c, int64_t max_positions) {
 
 void GatedFfnForward(const ModelConfig& c, const GatedFfnWeights& w, const float* x, int64_t n,
                      FfnScratch* s, float* out) {
-  const int64_t width = w.gate_proj.rows, hidden = c.hidden_size;
-  kernels::MatMulBf16(w.gate_proj.data, width, hidden, x, n, s->gate.data());
-  kernels::MatMulBf16(w.up_proj.data, width, hidden, x, n, s->up.data());
+  const int64_t width = w.gate_proj.rows;
+  Linear(w.gate_proj, x, n, s->gate.data());
+  Linear(w.up_proj, x, n, s->up.data());
   SituInPlace(s->gate.data(), s->up.data(), n * width, c.situ_beta, c.situ_linear_beta);
-  kernels::MatMulBf16(w.down_proj.data, hidden, width, s->gate.data(), n, out);
+  Linear(w.down_proj, s->gate.data(), n, out);
 }
 
 namespace {
@@ -69,8 +70,7 @@ void PrefetchGuess(const ModelConfig& c, const MoeWeights& next, int64_t next_la
   const RouterConfig rc{c.num_experts,      k,
                         c.num_expert_group, c.topk_group,
                         c.moe_renormalize,  c.routed_scaling_factor};
-  kernels::MatMulBf16(next.router.data, c.num_experts, c.hidden_size, x, n,
-                      s->router_logits.data());
+  Linear(next.router, x, n, s->router_logits.data());
   for (int64_t t = 0; t < n; ++t) {
     Route(rc, s->router_logits.data() + t * c.num_experts, next.correction_bias,
           s->router_scratch.data(), s->guess_ids.data() + t * k, s->guess_weights.data() + t * k);
@@ -89,7 +89,7 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
                 n_experts = c.num_experts;
   const RouterConfig rc{
       n_experts, k, c.num_expert_group, c.topk_group, c.moe_renormalize, c.routed_scaling_factor};
-  kernels::MatMulBf16(w.router.data, n_experts, hidden, x, n, s->router_logits.data());
+  Linear(w.router, x, n, s->router_logits.data());
   for (int64_t t = 0; t < n; ++t) {
     Route(rc, s->router_logits.data() + t * n_experts, w.correction_bias, s->router_scratch.data(),
           s->ids.data() + t * k, s->weights.data() + t * k);
@@ -128,7 +128,7 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
       access.stats->expert_loads += static_cast<uint64_t>(b1 - b0);
       access.stats->expert_cache_hits += static_cast<uint64_t>(b1 - b0);  // mapped: in RAM
     }
-    if (b0 == 0) kernels::MatMulBf16(w.latent_down.data, latent, hidden, x, n, s->z.data());
+    if (b0 == 0) Linear(w.latent_down, x, n, s->z.data());
     for (int64_t done = b0; done < b1; ++done) {
       int64_t j = done;
       const uint8_t* span = nullptr;
@@ -179,7 +179,7 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
     }
     if (c.latent_moe_use_norm) RmsNorm(r, w.latent_norm.data(), latent, c.rms_norm_eps, r);
   }
-  kernels::MatMulBf16(w.latent_up.data, hidden, latent, s->r.data(), n, s->routed.data());
+  Linear(w.latent_up, s->r.data(), n, s->routed.data());
   if (streamer == nullptr || m == 0) GatedFfnForward(c, w.shared, x, n, s, out);
   for (int64_t i = 0; i < n * hidden; ++i) out[i] = s->routed[static_cast<size_t>(i)] + out[i];
   return Status::Ok();

@@ -16,15 +16,20 @@
 #include "base/aligned_buffer.h"
 #include "base/status.h"
 #include "format/checkpoint.h"
+#include "io/mapped_file.h"
 #include "model/config.h"
 
 namespace deltafin {
 
-// A BF16 matrix W[rows, cols] used as y = W·x.
+// A BF16 matrix W[rows, cols] used as y = W·x. With the row-int8 spine (--spine int8, spec §3.6,
+// docs/INT8.md) `q` points at its int8 copy [rows, cols] and `q_scales` at its per-row scales
+// (the stored f16 scales widened to fp32); model/linear.h then uses those instead of `data`.
 struct Bf16Matrix {
   const uint16_t* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  const int8_t* q = nullptr;
+  const float* q_scales = nullptr;
 };
 
 // Byte offsets of the six tensors inside one expert span (spec §2.8; tiny/bench scale with dims).
@@ -106,6 +111,10 @@ struct ModelWeights {
   AlignedBuffer<float> tail_res_query;     // [H] output_attn_res_norm ⊙ output_attn_res_proj
   Bf16Matrix lm_head;                      // [vocab, H]
   std::vector<LayerWeights> layers;
+  // Row-int8 spine (model/spine_int8.h): the mapped .i8 files and the widened row scales that the
+  // matrices' q / q_scales point into. Empty in BF16 mode.
+  std::vector<MappedFile> int8_files;
+  std::vector<AlignedBuffer<float>> int8_scales;
 
   static Result<std::unique_ptr<ModelWeights>> Load(const std::string& model_dir,
                                                     const BindOptions& options);

@@ -1,0 +1,183 @@
+#include "model/spine_int8.h"
+
+#include <openssl/evp.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "io/mapped_file.h"
+#include "model/tensor_roster.h"
+#include "quant/row_int8.h"
+
+namespace deltafin {
+
+bool IsSpineInt8Target(const std::string& name, DType dtype, size_t ndim) {
+  if (dtype != DType::kBF16 || ndim != 2) return false;
+  for (const char* skip : {"conv1d", "norm", "A_log", "dt_bias", "res_proj",
+                           "e_score_correction_bias", ".experts.", "vision", "mm_projector"}) {
+    if (name.find(skip) != std::string::npos) return false;
+  }
+  return name.find("embed_tokens") == std::string::npos;
+}
+
+bool KeptBf16AtRuntime(const std::string& name) {
+  return name.find("kv_b_proj") != std::string::npos;
+}
+
+uint64_t SpineInt8TensorBytes(const std::string& name, DType dtype,
+                              const std::vector<int64_t>& shape) {
+  uint64_t elements = 1;
+  for (int64_t d : shape) elements *= static_cast<uint64_t>(d);
+  if (IsSpineInt8Target(name, dtype, shape.size()) && !KeptBf16AtRuntime(name)) {
+    return elements + 4 * static_cast<uint64_t>(shape[0]);
+  }
+  return elements * DTypeSize(dtype);
+}
+
+std::string Sha256Hex(const void* data, size_t size) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data, size, digest, &len, EVP_sha256(), nullptr);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 15];
+  }
+  return out;
+}
+
+namespace {
+
+// Every matrix the forward pass reads whole (model/linear.h), by tensor name.
+std::vector<std::pair<std::string, Bf16Matrix*>> WholeMatrices(ModelWeights* w) {
+  std::vector<std::pair<std::string, Bf16Matrix*>> out;
+  out.emplace_back("language_model.lm_head.weight", &w->lm_head);
+  for (size_t i = 0; i < w->layers.size(); ++i) {
+    LayerWeights& lw = w->layers[i];
+    const auto layer = static_cast<int64_t>(i);
+    auto add = [&](const char* suffix, Bf16Matrix* m) {
+      out.emplace_back(LayerTensorName(layer, suffix), m);
+    };
+    if (lw.kind == AttentionKind::kKda) {
+      KdaWeights& k = lw.kda;
+      add("self_attn.q_proj.weight", &k.q_proj);
+      add("self_attn.k_proj.weight", &k.k_proj);
+      add("self_attn.v_proj.weight", &k.v_proj);
+      add("self_attn.f_a_proj.weight", &k.f_a_proj);
+      add("self_attn.f_b_proj.weight", &k.f_b_proj);
+      add("self_attn.b_proj.weight", &k.b_proj);
+      add("self_attn.g_proj.weight", &k.g_proj);
+      add("self_attn.o_proj.weight", &k.o_proj);
+    } else {
+      MlaWeights& m = lw.mla;  // kv_b_proj: kept BF16 (KeptBf16AtRuntime)
+      add("self_attn.q_a_proj.weight", &m.q_a_proj);
+      add("self_attn.q_b_proj.weight", &m.q_b_proj);
+      add("self_attn.kv_a_proj_with_mqa.weight", &m.kv_a_proj);
+      add("self_attn.g_proj.weight", &m.g_proj);
+      add("self_attn.o_proj.weight", &m.o_proj);
+    }
+    if (!lw.is_moe) {
+      add("mlp.gate_proj.weight", &lw.dense.gate_proj);
+      add("mlp.up_proj.weight", &lw.dense.up_proj);
+      add("mlp.down_proj.weight", &lw.dense.down_proj);
+    } else {
+      MoeWeights& m = lw.moe;
+      add("block_sparse_moe.gate.weight", &m.router);
+      add("block_sparse_moe.routed_expert_down_proj.weight", &m.latent_down);
+      add("block_sparse_moe.routed_expert_up_proj.weight", &m.latent_up);
+      add("block_sparse_moe.shared_experts.gate_proj.weight", &m.shared.gate_proj);
+      add("block_sparse_moe.shared_experts.up_proj.weight", &m.shared.up_proj);
+      add("block_sparse_moe.shared_experts.down_proj.weight", &m.shared.down_proj);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Status AttachSpineInt8(const std::string& model_dir, ModelWeights* w) {
+  const std::string dir = (std::filesystem::path(model_dir) / kSpineInt8Dir).string();
+  const std::string manifest_path = dir + "/manifest.json";
+  const std::string convert = "run `deltafin convert-spine-int8 --model " + model_dir + "` first";
+  std::error_code ec;
+  if (!std::filesystem::exists(manifest_path, ec)) {
+    return Status::Error("--spine int8: " + manifest_path + " not found (no finished row-int8 " +
+                         "conversion of this model); " + convert);
+  }
+  DF_ASSIGN_OR_RETURN(std::string text, ReadFileToString(manifest_path));
+  nlohmann::json manifest = nlohmann::json::parse(text, nullptr, false);
+  if (manifest.is_discarded() || !manifest.is_object() || !manifest.contains("tensors") ||
+      !manifest["tensors"].is_array()) {
+    return Status::Error(manifest_path + ": not a spine-int8 manifest; " + convert);
+  }
+  if (manifest.value("format", "") != kSpineInt8Format ||
+      manifest.value("format_version", 0) != kSpineInt8FormatVersion) {
+    return Status::Error(manifest_path + ": unsupported format (expected " + kSpineInt8Format +
+                         " version " + std::to_string(kSpineInt8FormatVersion) + "); " + convert);
+  }
+  DF_ASSIGN_OR_RETURN(std::string config, ReadFileToString(model_dir + "/config.json"));
+  const std::string config_sha = Sha256Hex(config.data(), config.size());
+  if (manifest["source"].value("config_sha256", "") != config_sha) {
+    return Status::Error(manifest_path + " was converted from a different config.json than " +
+                         model_dir + "/config.json; delete " + dir + " and " + convert);
+  }
+  std::unordered_map<std::string, const nlohmann::json*> entries;
+  for (const auto& t : manifest["tensors"]) {
+    if (t.is_object() && t.contains("name")) entries[t.value("name", "")] = &t;
+  }
+
+  const auto matrices = WholeMatrices(w);
+  w->int8_files.reserve(matrices.size());
+  w->int8_scales.reserve(matrices.size());
+  for (const auto& [name, m] : matrices) {
+    auto it = entries.find(name);
+    if (it == entries.end()) {
+      return Status::Error(manifest_path + " lacks tensor " + name + "; " + convert);
+    }
+    const nlohmann::json& e = *it->second;
+    if (e.value("rows", int64_t{-1}) != m->rows || e.value("cols", int64_t{-1}) != m->cols) {
+      return Status::Error(manifest_path + ": tensor " + name + " has shape [" +
+                           std::to_string(e.value("rows", int64_t{-1})) + ", " +
+                           std::to_string(e.value("cols", int64_t{-1})) +
+                           "], the checkpoint has [" + std::to_string(m->rows) + ", " +
+                           std::to_string(m->cols) + "]; delete " + dir + " and " + convert);
+    }
+    const std::string base = dir + "/" + name;
+    DF_ASSIGN_OR_RETURN(MappedFile q, MappedFile::Open(base + ".i8"));
+    const auto want_q = static_cast<uint64_t>(m->rows) * static_cast<uint64_t>(m->cols);
+    if (q.size() != want_q) {
+      return Status::Error(base + ".i8: " + std::to_string(q.size()) + " bytes, expected " +
+                           std::to_string(want_q) + " (rows x cols); rerun `deltafin " +
+                           "convert-spine-int8 --model " + model_dir + "` to repair it");
+    }
+    DF_ASSIGN_OR_RETURN(std::string sc, ReadFileToString(base + ".sc"));
+    if (sc.size() != static_cast<size_t>(m->rows) * 2) {
+      return Status::Error(base + ".sc: " + std::to_string(sc.size()) + " bytes, expected " +
+                           std::to_string(m->rows * 2) + " (2 per row); rerun `deltafin " +
+                           "convert-spine-int8 --model " + model_dir + "` to repair it");
+    }
+    AlignedBuffer<float> scales(static_cast<size_t>(m->rows));
+    for (int64_t r = 0; r < m->rows; ++r) {
+      const auto lo = static_cast<uint8_t>(sc[static_cast<size_t>(2 * r)]);
+      const auto hi = static_cast<uint8_t>(sc[static_cast<size_t>(2 * r + 1)]);
+      const float s = F16ToF32(static_cast<uint16_t>(lo | (hi << 8)));
+      if (!std::isfinite(s)) {
+        return Status::Error(base + ".sc: row " + std::to_string(r) + " has a non-finite scale");
+      }
+      scales[static_cast<size_t>(r)] = s;
+    }
+    m->q = reinterpret_cast<const int8_t*>(q.data());
+    m->q_scales = scales.data();
+    w->int8_files.push_back(std::move(q));
+    w->int8_scales.push_back(std::move(scales));
+  }
+  return Status::Ok();
+}
+
+}  // namespace deltafin
