@@ -8,6 +8,7 @@
 #include <set>
 
 #include "deltafin/engine.h"
+#include "experts/expert_streamer.h"
 #include "golden/golden_data.h"
 
 namespace deltafin::testing {
@@ -198,6 +199,36 @@ TEST(GoldenModel, DecodeStepDoesNotAllocate) {
     ASSERT_TRUE(st.ok()) << st.message();
     EXPECT_EQ(after - before, 0u) << "decode step " << i << " allocated";
   }
+}
+
+// The same with experts read from disk through the smallest cache (so slots are evicted and
+// reused every layer), both lookaheads issuing
+// guesses: the streamer's queues, slots and I/O threads allocate nothing per step either (the
+// counter is process-wide, so the I/O threads are counted too).
+TEST(GoldenModel, StreamedDecodeStepDoesNotAllocate) {
+  EngineOptions options;
+  options.model_dir = testing::GoldenModelDir();
+  options.experts = EngineOptions::Experts::kStreamed;
+  options.io_threads = 2;
+  options.lookahead = EngineOptions::Lookahead::kBoth;
+  auto config = LoadModelConfig(options.model_dir);
+  ASSERT_TRUE(config.ok());
+  options.expert_cache_bytes = ExpertStreamer::MinCacheBytes(*config, options.io_threads);
+  auto engine = Engine::Load(options);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  ASSERT_TRUE((*engine)->info().experts_streamed);
+  auto session = (*engine)->NewSession();
+  const std::vector<int32_t> prompt = {632, 304, 32};
+  ASSERT_TRUE(session->Prefill(prompt).ok());
+  for (int i = 0; i < 8; ++i) {
+    const int32_t next = ArgmaxToken(session->Logits());
+    const uint64_t before = testing::g_allocations.load();
+    const Status st = session->Decode(next);
+    const uint64_t after = testing::g_allocations.load();
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(after - before, 0u) << "streamed decode step " << i << " allocated";
+  }
+  EXPECT_GT(session->stats().expert_bytes_read, 0u);
 }
 
 }  // namespace
