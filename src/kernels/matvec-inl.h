@@ -19,6 +19,8 @@
 #include <utility>
 
 #include "hwy/highway.h"
+#include "quant/bf16.h"
+#include "quant/mxfp4.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace deltafin::kernels {
@@ -214,10 +216,7 @@ struct Bf16Decoder {
     }
   }
   HWY_INLINE void Tail(int64_t c, int64_t count, float* out) const {
-    for (int64_t i = 0; i < count; ++i) {
-      const uint32_t bits = static_cast<uint32_t>(row[c + i]) << 16;
-      __builtin_memcpy(&out[i], &bits, 4);
-    }
+    for (int64_t i = 0; i < count; ++i) out[i] = Bf16ToF32(row[c + i]);
   }
 };
 
@@ -240,14 +239,6 @@ struct I8Decoder {
     for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(row[c + i]);
   }
 };
-
-// E8M0 exactly as quant/mxfp4.cc decodes it (s = 0: 2^-127, s = 255: NaN).
-HWY_INLINE float ScaleOf(uint8_t s) {
-  const uint32_t bits = s == 0 ? 0x00400000u : s == 255 ? 0x7fc00000u : uint32_t{s} << 23;
-  float f;
-  __builtin_memcpy(&f, &bits, 4);
-  return f;
-}
 
 // MXFP4, fused: one group (16 packed bytes, one scale) per 32-column block. N bytes at a time are
 // widened to 32-bit lanes in a byte order chosen so that interleaving the low-nibble and
@@ -318,7 +309,7 @@ struct Mxfp4Decoder {
     const D8 d8;
     const int64_t g = c / kBlock;
     const uint8_t* bytes = prow + g * (kBlock / 2);
-    const VF scale = hn::Set(df, ScaleOf(srow[g]) * kHalf);
+    const VF scale = hn::Set(df, E8m0ToF32(srow[g]) * kHalf);
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
     const VF scaled = hn::Mul(table, scale);  // 16 lanes: one multiply per group, not per weight
 #endif

@@ -12,6 +12,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/matvec-inl.h"
 #include "kernels/ref/matvec_ref.h"
+#include "quant/bf16.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace deltafin::kernels {
@@ -79,10 +80,7 @@ void MatTVecBf16Impl(const uint16_t* w, int64_t rows, int64_t cols, const float*
   for (; c < cols; ++c) {
     float acc = 0.0f;
     for (int64_t r = 0; r < rows; ++r) {
-      const uint32_t bits = static_cast<uint32_t>(w[r * cols + c]) << 16;
-      float wf;
-      __builtin_memcpy(&wf, &bits, 4);
-      acc = std::fma(wf, x[r], acc);
+      acc = std::fma(Bf16ToF32(w[r * cols + c]), x[r], acc);
     }
     y[c] = acc;
   }

@@ -10,6 +10,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/matvec-inl.h"
 #include "kernels/ref/matvec_ref.h"
+#include "quant/mxfp4.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace deltafin::kernels {
@@ -38,7 +39,7 @@ HWY_INLINE void Mxfp4RowTileAvx3(const uint8_t* prow, const uint8_t* srow, int64
   VF even[kT], odd[kT];
   for (size_t t = 0; t < kT; ++t) even[t] = odd[t] = hn::Zero(df);
   for (int64_t g = 0; g < groups; ++g) {
-    const VF scaled = hn::Mul(table, hn::Set(df, ScaleOf(srow[g])));  // exact: power of two
+    const VF scaled = hn::Mul(table, hn::Set(df, E8m0ToF32(srow[g])));  // exact: power of two
     const __m512i codes =
         _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(prow + g * 16)));
     const VF w_even = VF{_mm512_permutexvar_ps(codes, scaled.raw)};

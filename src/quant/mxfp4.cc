@@ -9,14 +9,6 @@ namespace deltafin {
 const float kE2m1Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
-float E8m0ToF32(uint8_t s) {
-  if (s == 255) return std::numeric_limits<float>::quiet_NaN();
-  uint32_t bits = s == 0 ? 0x00400000u : static_cast<uint32_t>(s) << 23;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 void DequantizeMxfp4Row(const uint8_t* packed, const uint8_t* scales, size_t cols, float* out) {
   for (size_t i = 0; i < cols; i += 2) {
     const float scale = E8m0ToF32(scales[i / kMxfp4GroupSize]);

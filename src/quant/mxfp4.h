@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace deltafin {
 
@@ -24,7 +25,13 @@ inline constexpr uint8_t kMaxMxfp4Scale = 252;
 extern const float kE2m1Values[16];
 
 // 2^(s-127) as fp32, exact for every byte (s = 0 is the subnormal 2^-127; s = 255 is NaN per OCP).
-float E8m0ToF32(uint8_t s);
+// Inline: the SIMD kernels call it once per 32-weight group.
+inline float E8m0ToF32(uint8_t s) {
+  const uint32_t bits = s == 0 ? 0x00400000u : s == 255 ? 0x7fc00000u : uint32_t{s} << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 // Dequantises one row of `cols` elements into out[cols].
 void DequantizeMxfp4Row(const uint8_t* packed, const uint8_t* scales, size_t cols, float* out);
