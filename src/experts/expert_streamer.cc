@@ -328,22 +328,7 @@ void ExpertStreamer::Begin(int64_t layer, std::span<const int32_t> experts, Sess
   if (queued) work_cv_.notify_all();
 }
 
-Result<const uint8_t*> ExpertStreamer::Wait(int64_t j, SessionStats* stats) {
-  const int32_t s = current_[static_cast<size_t>(j)];
-  Slot& x = slots_[static_cast<size_t>(s)];
-  std::unique_lock<std::mutex> lock(mu_);
-  if (x.state != SlotState::kReady && x.state != SlotState::kFailed) {
-    const auto start = std::chrono::steady_clock::now();
-    done_cv_.wait(lock,
-                  [&] { return x.state == SlotState::kReady || x.state == SlotState::kFailed; });
-    stats->io_wait_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
-  if (x.state == SlotState::kFailed) return Status::Error(x.error);
-  return x.data;
-}
-
-Result<int64_t> ExpertStreamer::WaitAny(SessionStats* stats) {
+Result<ExpertStreamer::Ready> ExpertStreamer::WaitAny(SessionStats* stats) {
   std::unique_lock<std::mutex> lock(mu_);
   std::chrono::steady_clock::time_point start;
   bool waited = false;
@@ -360,7 +345,7 @@ Result<int64_t> ExpertStreamer::WaitAny(SessionStats* stats) {
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         }
         if (x.state == SlotState::kFailed) return Status::Error(x.error);
-        return static_cast<int64_t>(j);
+        return Ready{static_cast<int64_t>(j), x.data};
       }
     }
     DF_CHECK(pending, "WaitAny called after every expert was returned");

@@ -8,13 +8,12 @@
 //   Begin(layer, experts)  hits stay, misses are queued (queued guesses for them are promoted,
 //                          stale guesses for this layer are cancelled); all are pinned
 //   Prefetch(layer+1, ...) guesses for the next layer, queued behind the demand reads
-//   Wait(j)                blocks until the j-th expert is in RAM and returns its bytes
-//   WaitAny()              the next expert in RAM, whichever finished first
+//   WaitAny()              the next expert in RAM, whichever read finished first, and its bytes
 //   End()                  unpins; the slots join the LRU list
 // Slots never move while pinned, and kernels read them in place. Nothing here changes which
 // experts are used or how they are combined, so results are bit-identical to mapped experts.
 //
-// Errors (a short read, an I/O error, scale bytes outside [2, 252]) fail the Wait of the expert
+// Errors (a short read, an I/O error, scale bytes outside [2, 252]) fail the WaitAny of the expert
 // with a message naming the layer, expert, file and offset; the slot is dropped so a later call
 // reads it again.
 #pragma once
@@ -90,12 +89,15 @@ class ExpertStreamer {
 
   // Pins experts[0..m) of `layer` (m <= max_pinned(), distinct), queueing reads for misses.
   void Begin(int64_t layer, std::span<const int32_t> experts, SessionStats* stats);
-  // Blocks until the j-th expert of the current Begin is in RAM; returns its span.
-  Result<const uint8_t*> Wait(int64_t j, SessionStats* stats);
+  // An expert of the current Begin: its position in the Begin list and its span.
+  struct Ready {
+    int64_t index;
+    const uint8_t* data;
+  };
   // Blocks until some expert of the current Begin that no WaitAny returned yet is in RAM (the
-  // lowest index among those ready); returns its index. Lets the caller compute cached experts
+  // lowest index among those ready) and returns it. Lets the caller compute cached experts
   // while the misses load. An expert whose read failed is returned as that error.
-  Result<int64_t> WaitAny(SessionStats* stats);
+  Result<Ready> WaitAny(SessionStats* stats);
   // Unpins the current Begin's experts.
   void End();
   // Queues reads of the guessed experts of `layer` that are neither cached nor queued, as far as

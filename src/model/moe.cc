@@ -138,9 +138,8 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
           streamer->End();
           return ready.status();
         }
-        j = b0 + *ready;
-        auto got = streamer->Wait(*ready, access.stats);  // ready: returns at once
-        span = *got;
+        j = b0 + ready->index;
+        span = ready->data;
       } else {
         span = w.expert_spans[static_cast<size_t>(s->needed[static_cast<size_t>(j)])];
       }

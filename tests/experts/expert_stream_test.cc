@@ -239,7 +239,7 @@ TEST_F(StreamerFixture, IoErrorNamesLayerExpertFileAndOffset) {
     reader_->fault_offset = Offset(2, e);
     SessionStats stats;
     streamer_->Begin(2, std::vector<int32_t>{e}, &stats);
-    auto got = streamer_->Wait(0, &stats);
+    auto got = streamer_->WaitAny(&stats);
     streamer_->End();
     ASSERT_FALSE(got.ok());
     const std::string& m = got.status().message();
@@ -253,7 +253,7 @@ TEST_F(StreamerFixture, IoErrorNamesLayerExpertFileAndOffset) {
   reader_->fault = TestReader::Fault::kNone;
   SessionStats stats;
   streamer_->Begin(2, std::vector<int32_t>{0}, &stats);
-  EXPECT_TRUE(streamer_->Wait(0, &stats).ok());
+  EXPECT_TRUE(streamer_->WaitAny(&stats).ok());
   streamer_->End();
   EXPECT_EQ(stats.expert_cache_hits, 0u);
 }
@@ -276,7 +276,7 @@ TEST_F(StreamerFixture, CorruptScaleByteIsCaught) {
   reader_->scale_offset = weights_->expert_layout.w2_scale + 3;
   SessionStats stats;
   streamer_->Begin(1, std::vector<int32_t>{4}, &stats);
-  auto got = streamer_->Wait(0, &stats);
+  auto got = streamer_->WaitAny(&stats);
   streamer_->End();
   ASSERT_FALSE(got.ok());
   const std::string& m = got.status().message();
@@ -296,7 +296,7 @@ TEST_F(StreamerFixture, TruncatedShardIsAShortReadError) {
   std::filesystem::resize_file(path, Offset(8, 0) + 100);
   SessionStats stats;
   streamer_->Begin(8, std::vector<int32_t>{0}, &stats);
-  auto got = streamer_->Wait(0, &stats);
+  auto got = streamer_->WaitAny(&stats);
   streamer_->End();
   ASSERT_FALSE(got.ok());
   const std::string& m = got.status().message();
@@ -309,13 +309,13 @@ TEST_F(StreamerFixture, CacheHitsPrefetchHitsAndCancelledGuesses) {
   SessionStats stats;
   // A miss, then a hit.
   streamer_->Begin(1, std::vector<int32_t>{0, 1}, &stats);
-  ASSERT_TRUE(streamer_->Wait(0, &stats).ok());
-  ASSERT_TRUE(streamer_->Wait(1, &stats).ok());
+  ASSERT_TRUE(streamer_->WaitAny(&stats).ok());
+  ASSERT_TRUE(streamer_->WaitAny(&stats).ok());
   streamer_->End();
   EXPECT_EQ(stats.expert_loads, 2u);
   EXPECT_EQ(stats.expert_cache_hits, 0u);
   streamer_->Begin(1, std::vector<int32_t>{1}, &stats);
-  ASSERT_TRUE(streamer_->Wait(0, &stats).ok());
+  ASSERT_TRUE(streamer_->WaitAny(&stats).ok());
   streamer_->End();
   EXPECT_EQ(stats.expert_cache_hits, 1u);
 
@@ -329,8 +329,8 @@ TEST_F(StreamerFixture, CacheHitsPrefetchHitsAndCancelledGuesses) {
   streamer_->Begin(2, std::vector<int32_t>{5, 9}, &stats);
   EXPECT_EQ(stats.prefetch_wasted, 2u);
   reader_->Release();
-  ASSERT_TRUE(streamer_->Wait(0, &stats).ok());
-  ASSERT_TRUE(streamer_->Wait(1, &stats).ok());
+  ASSERT_TRUE(streamer_->WaitAny(&stats).ok());
+  ASSERT_TRUE(streamer_->WaitAny(&stats).ok());
   streamer_->End();
   EXPECT_EQ(stats.prefetch_hits, 1u);
   EXPECT_EQ(reader_->reads.load(), before + 2);  // 5 and 9 only
