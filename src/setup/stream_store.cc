@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -37,6 +38,14 @@ std::string StreamToken(const std::string& model_dir, const std::string& flag) {
 }
 
 StreamStore::~StreamStore() {
+  if (verifier_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(verify_mu_);
+      verify_stop_ = true;
+    }
+    verify_cv_.notify_all();
+    verifier_.join();
+  }
   for (auto& s : shards_) {
     if (s.fd >= 0) ::close(s.fd);
   }
@@ -109,7 +118,39 @@ Result<std::shared_ptr<StreamStore>> StreamStore::Open(const std::string& model_
       store->present_[store->Index(layer, expert)] = 1;
     }
   }
+  store->verifier_ = std::thread([p = store.get()] { p->VerifierLoop(); });
   return store;
+}
+
+void StreamStore::QueueVerify(int shard) {
+  {
+    std::lock_guard<std::mutex> lock(verify_mu_);
+    if (std::find(verify_queue_.begin(), verify_queue_.end(), shard) != verify_queue_.end()) return;
+    verify_queue_.push_back(shard);
+  }
+  verify_cv_.notify_all();
+}
+
+void StreamStore::DrainVerifier() {
+  std::unique_lock<std::mutex> lock(verify_mu_);
+  verify_cv_.wait(lock, [&] { return verify_queue_.empty() && !verifying_; });
+}
+
+void StreamStore::VerifierLoop() {
+  std::unique_lock<std::mutex> lock(verify_mu_);
+  for (;;) {
+    verify_cv_.wait(lock, [&] { return verify_stop_ || !verify_queue_.empty(); });
+    if (verify_stop_) return;
+    const int shard = verify_queue_.front();
+    verify_queue_.erase(verify_queue_.begin());
+    verifying_ = true;
+    lock.unlock();
+    const Status s = VerifyShard(shard);
+    if (!s.ok()) LogError(s.message());
+    lock.lock();
+    verifying_ = false;
+    verify_cv_.notify_all();
+  }
 }
 
 bool StreamStore::IsLocal(int64_t layer, int32_t expert) const {
@@ -188,14 +229,12 @@ Status StreamStore::FetchList(int64_t layer, const std::vector<int32_t>& missing
   worker();
   for (auto& t : pool) t.join();
   DF_RETURN_IF_ERROR(first_error);
-  // A shard whose last expert just arrived is checked against its sha256 once.
-  std::vector<int> shards;
+  // A shard whose last expert just arrived is checked against its sha256, in the background.
+  int checked = -1;  // a layer's experts share one shard: check it once
   for (int32_t e : missing) {
     const int s = slots_[Index(layer, e)].shard;
-    if (std::find(shards.begin(), shards.end(), s) == shards.end()) shards.push_back(s);
-  }
-  for (int s : shards) {
-    if (ShardComplete(s)) DF_RETURN_IF_ERROR(VerifyShard(s));
+    if (s != checked && ShardComplete(s)) QueueVerify(s);
+    checked = s;
   }
   return Status::Ok();
 }
@@ -229,6 +268,8 @@ Status StreamStore::VerifyShard(int shard_index) {
     const std::string digest = h.HexDigest();
     if (digest != shard.sha256) {
       // Some expert bytes are wrong and there is no telling which: forget this shard's experts.
+      // fetch_mu_ keeps fetches from appending to the log while it is rewritten.
+      std::lock_guard<std::mutex> fetch_lock(fetch_mu_);
       std::vector<std::pair<int64_t, int32_t>> keep;
       for (const auto& e : shard.experts) present_[Index(e.layer, e.expert)] = 0;
       for (int64_t l = 0; l < num_layers_; ++l) {
@@ -267,6 +308,7 @@ Status StreamStore::FetchAll() {
     DF_RETURN_IF_ERROR(FetchList(layer, missing, &progress));
   }
   progress.Finish();
+  DrainVerifier();  // shards completed above are being checked; verified ones are skipped below
   for (size_t s = 0; s < shards_.size(); ++s) {
     DF_RETURN_IF_ERROR(VerifyShard(static_cast<int>(s)));
   }

@@ -9,12 +9,15 @@
 // `max_connections` at once over the HTTP client's keep-alive pool, each into a buffer; the length
 // must match and every MXFP4 scale byte must lie in [2, 252] before the bytes are pwritten at the
 // expert's offset, fdatasync'ed and logged. When the last expert of a shard arrives the whole shard
-// is hashed against its LFS sha256; a mismatch forgets that shard's experts (they are fetched again
-// on next use) and is an error. Endpoint: $HF_ENDPOINT, else the one recorded at setup; token:
-// $HF_TOKEN, else DIR/.deltafin/token (saved by `setup --token`), else the HF token files.
+// is hashed against its LFS sha256 on a background thread (a K3 shard is ~16 GB: seconds of
+// hashing that must not stall the forward pass that fetched the expert); a mismatch forgets that
+// shard's experts, so they are fetched again on next use, and is logged as an error. Endpoint:
+// $HF_ENDPOINT, else the one recorded at setup; token: $HF_TOKEN, else DIR/.deltafin/token (saved
+// by `setup --token`), else the HF token files.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -73,6 +76,10 @@ class StreamStore final : public ExpertFetcher {
   Status FetchList(int64_t layer, const std::vector<int32_t>& missing, Progress* progress);
   Status VerifyShard(int shard);  // hashes a shard whose experts are all present
   bool ShardComplete(int shard) const;
+  // The background verifier: shards queued by FetchList are hashed one at a time.
+  void VerifierLoop();
+  void QueueVerify(int shard);
+  void DrainVerifier();  // returns when the queue is empty and nothing is being hashed
 
   std::string dir_;
   Manifest manifest_;
@@ -87,6 +94,11 @@ class StreamStore final : public ExpertFetcher {
   std::unique_ptr<std::atomic<uint8_t>[]> present_;  // same indexing
   ExpertLog log_;
   std::atomic<uint64_t> fetched_{0};
+  std::mutex verify_mu_;
+  std::condition_variable verify_cv_;
+  std::vector<int> verify_queue_;
+  bool verifying_ = false, verify_stop_ = false;
+  std::thread verifier_;
 };
 
 // The token a stream install uses at run time (see the file comment).
