@@ -105,8 +105,10 @@ HWY_INLINE void DotRowTile(const Decoder& dec, int64_t cols, const float* const*
 
 // Rows per step of the single-vector path: several independent rows give the core more
 // accumulator chains and memory streams in flight, and each x vector is loaded once for all of
-// them. Limited by the register file (kR·kAcc accumulators + kAcc x + kAcc weights).
-constexpr size_t kRowsSingle = kAcc <= 2 ? 4 : (kAcc <= 4 ? 2 : 1);
+// them. Limited by the register file (kR·kAcc accumulators + kAcc x + kAcc weights). On AVX-512,
+// 8 rows beat 4 by 10-20 % with weights cold in cache (more misses in flight; 2026-11-30 A/B in
+// docs/PERFORMANCE.md); a software prefetch of the next rows instead measured slower.
+constexpr size_t kRowsSingle = kAcc <= 2 ? 8 : (kAcc <= 4 ? 2 : 1);
 
 // Dot products of kR consecutive rows (decoders dec[i] bound to them) with one vector x; cols a
 // multiple of 32. Each row's partials see exactly the steps DotRowTile would give them.
