@@ -11,6 +11,7 @@
 
 #include "base/aligned_buffer.h"
 #include "base/thread_pool.h"
+#include "kernels/fma_probe.h"
 #include "kernels/matvec.h"
 
 namespace deltafin::bench {
@@ -57,7 +58,7 @@ struct Record {
   std::string kernel, shape;
   int64_t positions = 1;
   int threads = 1;
-  double bytes = 0, seconds = 0, gbps = 0, ratio = 0;
+  double bytes = 0, seconds = 0, weights = 0, gbps = 0, ratio = 0;
 };
 
 class Bench {
@@ -103,14 +104,36 @@ class Bench {
     r.threads = threads;
     r.bytes = bytes;
     r.seconds = seconds;
+    r.weights = static_cast<double>(rows) * static_cast<double>(cols);
     r.gbps = bytes / seconds / 1e9;
-    const double bw = threads == 1 ? bw1_ : bw_all_;
-    r.ratio = bw > 0 ? r.gbps / bw : 0;
-    std::printf("%-14s %-13s %4lld %4d %10.1f %10.3f %8.2f %6.2f %12.0f\n", r.kernel.c_str(),
-                r.shape.c_str(), static_cast<long long>(positions), threads, bytes / 1e6,
-                seconds * 1e3, r.gbps, r.ratio, static_cast<double>(positions) / seconds);
-    std::fflush(stdout);
     records_.push_back(r);
+    std::fprintf(stderr, ".");  // progress: the table is printed once the bandwidth is re-probed
+  }
+
+  // Multiply-add lanes per second on `threads` threads (fma_probe.h), best of 3.
+  double ProbeFma(int threads) {
+    SetDefaultThreadCount(threads);
+    const int64_t iterations = o_.quick ? 2'000'000 : 50'000'000;
+    double best = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+      struct Ctx {
+        int64_t iterations;
+        float sink[64];
+      } ctx{iterations, {}};
+      const auto t0 = Clock::now();
+      DefaultPool().Run(
+          [](void* c, int index, int) {
+            auto& x = *static_cast<Ctx*>(c);
+            if (index < 64) x.sink[index] = kernels::RunFmaChains(x.iterations);
+          },
+          &ctx);
+      const double s = Seconds(t0, Clock::now());
+      for (float f : ctx.sink) sink_ += static_cast<uint64_t>(f);
+      const double lanes = static_cast<double>(kernels::FmaLanesPerIteration()) *
+                           static_cast<double>(iterations) * threads;
+      if (lanes / s > best) best = lanes / s;
+    }
+    return best;
   }
 
   void Mxfp4(const char* name, int64_t rows, int64_t cols, int64_t positions,
@@ -189,15 +212,10 @@ class Bench {
     char when[64];
     const std::time_t now = std::time(nullptr);
     std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", std::localtime(&now));
-    std::printf("deltafin bench kernels  %s  threads: 1 and %d\n", when, all);
-    bw1_ = ProbeBandwidth(1);
-    bw_all_ = all > 1 ? ProbeBandwidth(all) : bw1_;
-    std::printf(
-        "memory read bandwidth (%zu MiB probe): 1 thread %.2f GB/s, %d threads %.2f GB/s\n\n",
-        kProbeBytes >> 20, bw1_, all, bw_all_);
-    probe_ = AlignedBuffer<uint64_t>();
-    std::printf("%-14s %-13s %4s %4s %10s %10s %8s %6s %12s\n", "kernel", "shape", "pos", "thr",
-                "MB", "ms/call", "GB/s", "ratio", "positions/s");
+    // The bandwidth is probed before and after the kernels and the higher value is the ratio's
+    // denominator: on a shared machine it drifts, and the higher value gives the lower ratio.
+    const double bw1_before = ProbeBandwidth(1);
+    const double bw_all_before = all > 1 ? ProbeBandwidth(all) : bw1_before;
     const int64_t s = o_.quick ? 8 : 1;
     Mxfp4("mxfp4 w1/w3", 3072 / s, 3584 / s, 1, counts);
     Mxfp4("mxfp4 w2", 3584 / s, 3072 / s, 1, counts);
@@ -208,19 +226,51 @@ class Bench {
     I8("int8 shared", 6144 / s, 7168 / s, counts);
     I8("int8 kda", 12288 / s, 7168 / s, counts);
     I8("int8 lm_head", o_.lm_head_rows / s, 7168 / s, counts);
+    const double bw1_after = ProbeBandwidth(1);
+    const double bw_all_after = all > 1 ? ProbeBandwidth(all) : bw1_after;
+    probe_ = AlignedBuffer<uint64_t>();
+    fma1_ = ProbeFma(1);
+    fma_all_ = all > 1 ? ProbeFma(all) : fma1_;
     SetDefaultThreadCount(0);
+    bw1_ = bw1_before > bw1_after ? bw1_before : bw1_after;
+    bw_all_ = bw_all_before > bw_all_after ? bw_all_before : bw_all_after;
+
+    std::fprintf(stderr, "\n");
+    std::printf("deltafin bench kernels  %s  threads: 1 and %d\n", when, all);
+    std::printf(
+        "memory read bandwidth (%zu MiB probe), before / after the kernels: 1 thread %.2f / %.2f "
+        "GB/s, %d threads %.2f / %.2f GB/s (ratios use the higher)\n",
+        kProbeBytes >> 20, bw1_before, bw1_after, all, bw_all_before, bw_all_after);
+    std::printf("fp32 multiply-add peak: 1 thread %.1f G/s, %d threads %.1f G/s\n\n", fma1_ / 1e9,
+                all, fma_all_ / 1e9);
+    std::printf("%-14s %-13s %4s %4s %10s %10s %8s %6s %12s\n", "kernel", "shape", "pos", "thr",
+                "MB", "ms/call", "GB/s", "ratio", "positions/s");
+    for (Record& r : records_) {
+      const double bw = r.threads == 1 ? bw1_ : bw_all_;
+      r.ratio = bw > 0 ? r.gbps / bw : 0;
+      std::printf("%-14s %-13s %4lld %4d %10.1f %10.3f %8.2f %6.2f %12.0f\n", r.kernel.c_str(),
+                  r.shape.c_str(), static_cast<long long>(r.positions), r.threads, r.bytes / 1e6,
+                  r.seconds * 1e3, r.gbps, r.ratio, static_cast<double>(r.positions) / r.seconds);
+    }
     // Batched gain: positions/s at 16 positions over positions/s at 1, same shape and threads.
+    // Its ceiling with exact fp32 arithmetic: every weight-position is one multiply-add, so 16
+    // positions cannot go faster than the multiply-add peak allows.
     for (int t : counts) {
-      double single = 0, batched = 0;
+      const Record* single = nullptr;
+      const Record* batched = nullptr;
       for (const Record& r : records_) {
         if (r.threads != t) continue;
-        if (r.kernel == "mxfp4 w1/w3") single = 1.0 / r.seconds;
-        if (r.kernel == "mxfp4 w1 x16") batched = 16.0 / r.seconds;
+        if (r.kernel == "mxfp4 w1/w3") single = &r;
+        if (r.kernel == "mxfp4 w1 x16") batched = &r;
       }
-      if (single > 0) {
-        std::printf("batched MXFP4 gain at 16 positions, %d thread(s): %.2fx positions/s\n", t,
-                    batched / single);
-      }
+      if (single == nullptr || batched == nullptr) continue;
+      const double peak = t == 1 ? fma1_ : fma_all_;
+      const double single_rate = single->weights / single->seconds;  // weight-positions/s
+      const double batched_rate = batched->weights * 16 / batched->seconds;
+      std::printf(
+          "batched MXFP4 at 16 positions, %d thread(s): %.2fx the single-vector positions/s; "
+          "%.0f%% of the multiply-add peak; exact-fp32 ceiling %.2fx\n",
+          t, batched_rate / single_rate, 100 * batched_rate / peak, peak / single_rate);
     }
     if (!o_.json_path.empty()) return WriteJson();
     return 0;
@@ -243,6 +293,10 @@ class Bench {
                  "  {\"kernel\": \"memory_read\", \"threads\": 1, \"gbps\": %.4f},\n"
                  "  {\"kernel\": \"memory_read\", \"threads\": %d, \"gbps\": %.4f}",
                  bw1_, records_.empty() ? 1 : records_.back().threads, bw_all_);
+    std::fprintf(f,
+                 ",\n  {\"kernel\": \"fma_peak\", \"threads\": 1, \"lanes_per_second\": %.6g},\n"
+                 "  {\"kernel\": \"fma_peak\", \"threads\": %d, \"lanes_per_second\": %.6g}",
+                 fma1_, records_.empty() ? 1 : records_.back().threads, fma_all_);
     for (const Record& r : records_) {
       std::fprintf(f,
                    ",\n  {\"kernel\": \"%s\", \"shape\": \"%s\", \"positions\": %lld, "
@@ -260,7 +314,7 @@ class Bench {
   KernelsBenchOptions o_;
   AlignedBuffer<uint64_t> probe_;
   uint64_t sink_ = 0;
-  double bw1_ = 0, bw_all_ = 0;
+  double bw1_ = 0, bw_all_ = 0, fma1_ = 0, fma_all_ = 0;
   std::vector<Record> records_;
 };
 

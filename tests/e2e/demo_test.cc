@@ -17,6 +17,7 @@
 
 #include "cli_runner.h"
 #include "deltafin/engine.h"
+#include "nlohmann/json.hpp"
 
 namespace deltafin {
 namespace {
@@ -144,6 +145,39 @@ TEST_F(DemoTest, HelpIsAvailableForEveryCommand) {
     EXPECT_EQ(r.exit_code, 0) << cmd;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << cmd << r.output;
   }
+}
+
+// `bench kernels --quick` (shapes 8x smaller) prints its table and writes one JSON record per
+// kernel, shape and thread count, plus the bandwidth and multiply-add probes it divides by.
+TEST_F(DemoTest, BenchKernelsWritesOneRecordPerKernelAndThreadCount) {
+  const std::string json = (dir_ / "kernels.json").string();
+  auto r = RunCli("bench kernels --quick --min-seconds 0.01 --threads 2 --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("exact-fp32 ceiling"), std::string::npos) << r.output;
+  const auto records = nlohmann::json::parse(std::ifstream(json));
+  ASSERT_TRUE(records.is_array());
+  std::set<std::string> probes;
+  std::set<std::pair<std::string, int>> kernels;
+  for (const auto& rec : records) {
+    const std::string kernel = rec.at("kernel");
+    const int threads = rec.at("threads");
+    if (kernel == "memory_read") {
+      EXPECT_GT(rec.at("gbps").get<double>(), 0.1);
+      probes.insert(kernel + std::to_string(threads));
+    } else if (kernel == "fma_peak") {
+      EXPECT_GT(rec.at("lanes_per_second").get<double>(), 1e8);
+      probes.insert(kernel + std::to_string(threads));
+    } else {
+      EXPECT_GT(rec.at("bytes").get<double>(), 0) << kernel;
+      EXPECT_GT(rec.at("gbps").get<double>(), 0) << kernel;
+      EXPECT_GT(rec.at("ratio").get<double>(), 0) << kernel;
+      EXPECT_TRUE(
+          kernels.insert({kernel + " " + rec.at("shape").get<std::string>(), threads}).second)
+          << "duplicate record " << kernel;
+    }
+  }
+  EXPECT_EQ(probes.size(), 4u);    // memory_read and fma_peak, 1 and 2 threads
+  EXPECT_EQ(kernels.size(), 18u);  // 9 kernel/shape rows × 2 thread counts
 }
 
 TEST_F(DemoTest, UnknownCommandFails) {

@@ -213,6 +213,26 @@ TEST_P(KernelsTest, BatchedEqualsPerVector) {
   }
 }
 
+// Wide MXFP4 rows: fewer vectors fit one de-interleaved tile on AVX-512 (3, 2, then 1 at 16384
+// columns), and past 16384 columns the generic path takes over.
+TEST_P(KernelsTest, BatchedMxfp4WideRows) {
+  std::mt19937 rng(9);
+  const int64_t rows = 9, n = 5;
+  for (int64_t cols : {4128, 6144, 16384, 16416}) {
+    SCOPED_TRACE("cols=" + std::to_string(cols));
+    const auto packed = RandomBytes(rng, static_cast<size_t>(rows * cols / 2));
+    const auto scales = RandomBytes(rng, static_cast<size_t>(rows * cols / 32), 110, 135);
+    const auto x = RandomFloats(rng, static_cast<size_t>(n * cols));
+    std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size());
+    for (int64_t v = 0; v < n; ++v) {
+      ref::MatVecMxfp4(packed.data(), scales.data(), rows, cols, x.data() + v * cols,
+                       want.data() + v * rows);
+    }
+    MatMulMxfp4(packed.data(), scales.data(), rows, cols, x.data(), n, got.data());
+    ExpectSame(want, got, "MatMulMxfp4");
+  }
+}
+
 // Large enough that the rows are split over the pool; results must not depend on thread count.
 TEST_P(KernelsTest, ThreadCountDoesNotChangeResults) {
   if (SingleThreadOnly()) GTEST_SKIP() << "DF_THREADS=1";
