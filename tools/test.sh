@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README): installs missing Debian packages, checks formatting, builds
 # the release preset and runs every test tier, cross-builds the kernel tests for ARM64 and runs them
-# under qemu-aarch64, then builds the ASan+UBSan preset and runs the unit and golden tiers under the
-# sanitizers.
+# under qemu-aarch64, then builds the ASan+UBSan preset and runs the unit, golden and kernel tiers
+# under the sanitizers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
@@ -29,7 +29,7 @@ cmake --build build/aarch64 -j "$jobs"
 ctest --test-dir build/aarch64 --output-on-failure
 
 if [[ "${DF_SKIP_ASAN:-0}" != 1 ]]; then
-  echo "== ASan+UBSan build + unit and golden tests"
+  echo "== ASan+UBSan build + unit, golden and kernel tests"
   cmake --preset asan >/dev/null
   cmake --build --preset asan -j "$jobs"
   ctest --preset asan -j "$jobs"
