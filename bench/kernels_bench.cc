@@ -1,5 +1,6 @@
 #include "bench/kernels_bench.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -58,56 +59,98 @@ struct Record {
   std::string kernel, shape;
   int64_t positions = 1;
   int threads = 1;
-  double bytes = 0, seconds = 0, weights = 0, gbps = 0, ratio = 0;
+  double bytes = 0, seconds = 0, weights = 0, gbps = 0, probe_gbps = 0, ratio = 0;
 };
 
 class Bench {
  public:
   explicit Bench(const KernelsBenchOptions& o) : o_(o) {}
 
-  // Runs `call(i)` (i = which weight copy) until min_seconds have passed; seconds per call.
-  double Time(int copies, const std::function<void(int)>& call) const {
+  // One timed segment of a kernel and the bandwidth probe pass run just before it.
+  struct Sample {
+    double seconds_per_call, probe_gbps;
+  };
+
+  // kSegments rounds of [one pass of the bandwidth probe, then call(i) (i = which weight copy) for
+  // min_seconds / kSegments]. Pairing each segment with the probe right before it means a
+  // neighbour's load on a shared machine weighs on both sides of a ratio alike.
+  std::vector<Sample> Time(int copies, const std::function<void(int)>& call) {
+    constexpr int kSegments = 5;
     call(0);  // warm up code paths, page in outputs
-    int64_t calls = 0;
     int copy = 1 % copies;
-    const auto t0 = Clock::now();
-    double elapsed = 0;
-    do {
-      call(copy);
-      copy = (copy + 1) % copies;
-      ++calls;
-      elapsed = Seconds(t0, Clock::now());
-    } while (elapsed < o_.min_seconds || calls < 3);
-    return elapsed / static_cast<double>(calls);
+    std::vector<Sample> samples;
+    for (int segment = 0; segment < kSegments; ++segment) {
+      const double probe = ProbePass();
+      int64_t calls = 0;
+      const auto t0 = Clock::now();
+      double elapsed = 0;
+      do {
+        call(copy);
+        copy = (copy + 1) % copies;
+        ++calls;
+        elapsed = Seconds(t0, Clock::now());
+      } while (elapsed < o_.min_seconds / kSegments || calls < 2);
+      samples.push_back({elapsed / static_cast<double>(calls), probe});
+    }
+    return samples;
   }
 
-  double ProbeBandwidth(int threads) {
-    SetDefaultThreadCount(threads);
+  // One pass of a plain read stream over a buffer far above the last-level cache, on the default
+  // pool's threads: GB/s.
+  double ProbePass() {
     if (probe_.size() == 0) {
       probe_.Resize(kProbeBytes / 8);
       FillBytes(reinterpret_cast<uint8_t*>(probe_.data()), kProbeBytes, 99);
     }
     const auto n = static_cast<int64_t>(probe_.size());
-    const double s = Time(1, [&](int) {
-      DefaultPool().ParallelRanges(
-          n, 1 << 16, [&](int64_t b, int64_t e) { sink_ += ReadWords(probe_.data(), b, e); });
-    });
-    return static_cast<double>(kProbeBytes) / s / 1e9;
+    const auto t0 = Clock::now();
+    DefaultPool().ParallelRanges(
+        n, 1 << 16, [&](int64_t b, int64_t e) { sink_ += ReadWords(probe_.data(), b, e); });
+    return static_cast<double>(kProbeBytes) / Seconds(t0, Clock::now()) / 1e9;
   }
 
+  // Median of 5 probe passes on `threads` threads (the header's figure).
+  double ProbeBandwidth(int threads) {
+    SetDefaultThreadCount(threads);
+    ProbePass();  // page in
+    std::vector<double> passes;
+    for (int i = 0; i < 5; ++i) passes.push_back(ProbePass());
+    return Median(passes);
+  }
+
+  static double Median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t m = v.size() / 2;
+    return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+  }
+
+  // Records the median time per call and the median of the per-segment ratios (kernel GB/s over
+  // the GB/s of the probe pass just before that segment).
   void Add(const std::string& kernel, int64_t rows, int64_t cols, int64_t positions, int threads,
-           double bytes, double seconds) {
+           double bytes, const std::vector<Sample>& samples) {
     Record r;
     r.kernel = kernel;
     r.shape = std::to_string(rows) + "x" + std::to_string(cols);
     r.positions = positions;
     r.threads = threads;
     r.bytes = bytes;
-    r.seconds = seconds;
+    std::vector<double> seconds, ratios, probes;
+    for (const Sample& sample : samples) {
+      seconds.push_back(sample.seconds_per_call);
+      ratios.push_back(bytes / sample.seconds_per_call / 1e9 / sample.probe_gbps);
+      probes.push_back(sample.probe_gbps);
+    }
+    r.seconds = Median(seconds);
+    r.ratio = Median(ratios);
+    r.probe_gbps = Median(probes);
     r.weights = static_cast<double>(rows) * static_cast<double>(cols);
-    r.gbps = bytes / seconds / 1e9;
+    r.gbps = bytes / r.seconds / 1e9;
     records_.push_back(r);
-    std::fprintf(stderr, ".");  // progress: the table is printed once the bandwidth is re-probed
+    std::printf("%-14s %-13s %4lld %4d %10.1f %10.3f %8.2f %8.2f %6.2f %12.0f\n", r.kernel.c_str(),
+                r.shape.c_str(), static_cast<long long>(positions), threads, bytes / 1e6,
+                r.seconds * 1e3, r.gbps, r.probe_gbps, r.ratio,
+                static_cast<double>(positions) / r.seconds);
+    std::fflush(stdout);
   }
 
   // Multiply-add lanes per second on `threads` threads (fma_probe.h), best of 3.
@@ -152,7 +195,7 @@ class Bench {
     for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(i % 97);
     for (int t : thread_counts) {
       SetDefaultThreadCount(t);
-      const double s = Time(copies, [&](int c) {
+      const auto s = Time(copies, [&](int c) {
         const uint8_t* base = w[static_cast<size_t>(c)].data();
         kernels::MatMulMxfp4(base, base + packed, rows, cols, x.data(), positions, y.data());
       });
@@ -174,7 +217,7 @@ class Bench {
     for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(i % 97);
     for (int t : thread_counts) {
       SetDefaultThreadCount(t);
-      const double s = Time(copies, [&](int c) {
+      const auto s = Time(copies, [&](int c) {
         kernels::MatVecBf16(w[static_cast<size_t>(c)].data(), rows, cols, x.data(), y.data());
       });
       Add(name, rows, cols, 1, t, static_cast<double>(bytes), s);
@@ -197,7 +240,7 @@ class Bench {
     for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(i % 97);
     for (int t : thread_counts) {
       SetDefaultThreadCount(t);
-      const double s = Time(copies, [&](int c) {
+      const auto s = Time(copies, [&](int c) {
         kernels::MatVecI8(w[static_cast<size_t>(c)].data(), scales.data(), rows, cols, x.data(),
                           y.data());
       });
@@ -212,10 +255,22 @@ class Bench {
     char when[64];
     const std::time_t now = std::time(nullptr);
     std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", std::localtime(&now));
-    // The bandwidth is probed before and after the kernels and the higher value is the ratio's
-    // denominator: on a shared machine it drifts, and the higher value gives the lower ratio.
-    const double bw1_before = ProbeBandwidth(1);
-    const double bw_all_before = all > 1 ? ProbeBandwidth(all) : bw1_before;
+    std::printf("deltafin bench kernels  %s  threads: 1 and %d\n", when, all);
+    bw1_ = ProbeBandwidth(1);
+    bw_all_ = all > 1 ? ProbeBandwidth(all) : bw1_;
+    fma1_ = ProbeFma(1);
+    fma_all_ = all > 1 ? ProbeFma(all) : fma1_;
+    std::printf(
+        "memory read bandwidth (%zu MiB probe, median of 5): 1 thread %.2f GB/s, %d threads "
+        "%.2f GB/s\n",
+        kProbeBytes >> 20, bw1_, all, bw_all_);
+    std::printf("fp32 multiply-add peak: 1 thread %.1f G/s, %d threads %.1f G/s\n", fma1_ / 1e9,
+                all, fma_all_ / 1e9);
+    std::printf(
+        "each row: 5 segments, each after one probe pass (\"mem GB/s\": their median); ratio = "
+        "median over segments of kernel GB/s / that segment's probe GB/s\n\n");
+    std::printf("%-14s %-13s %4s %4s %10s %10s %8s %8s %6s %12s\n", "kernel", "shape", "pos", "thr",
+                "MB", "ms/call", "GB/s", "mem GB/s", "ratio", "positions/s");
     const int64_t s = o_.quick ? 8 : 1;
     Mxfp4("mxfp4 w1/w3", 3072 / s, 3584 / s, 1, counts);
     Mxfp4("mxfp4 w2", 3584 / s, 3072 / s, 1, counts);
@@ -226,32 +281,8 @@ class Bench {
     I8("int8 shared", 6144 / s, 7168 / s, counts);
     I8("int8 kda", 12288 / s, 7168 / s, counts);
     I8("int8 lm_head", o_.lm_head_rows / s, 7168 / s, counts);
-    const double bw1_after = ProbeBandwidth(1);
-    const double bw_all_after = all > 1 ? ProbeBandwidth(all) : bw1_after;
     probe_ = AlignedBuffer<uint64_t>();
-    fma1_ = ProbeFma(1);
-    fma_all_ = all > 1 ? ProbeFma(all) : fma1_;
     SetDefaultThreadCount(0);
-    bw1_ = bw1_before > bw1_after ? bw1_before : bw1_after;
-    bw_all_ = bw_all_before > bw_all_after ? bw_all_before : bw_all_after;
-
-    std::fprintf(stderr, "\n");
-    std::printf("deltafin bench kernels  %s  threads: 1 and %d\n", when, all);
-    std::printf(
-        "memory read bandwidth (%zu MiB probe), before / after the kernels: 1 thread %.2f / %.2f "
-        "GB/s, %d threads %.2f / %.2f GB/s (ratios use the higher)\n",
-        kProbeBytes >> 20, bw1_before, bw1_after, all, bw_all_before, bw_all_after);
-    std::printf("fp32 multiply-add peak: 1 thread %.1f G/s, %d threads %.1f G/s\n\n", fma1_ / 1e9,
-                all, fma_all_ / 1e9);
-    std::printf("%-14s %-13s %4s %4s %10s %10s %8s %6s %12s\n", "kernel", "shape", "pos", "thr",
-                "MB", "ms/call", "GB/s", "ratio", "positions/s");
-    for (Record& r : records_) {
-      const double bw = r.threads == 1 ? bw1_ : bw_all_;
-      r.ratio = bw > 0 ? r.gbps / bw : 0;
-      std::printf("%-14s %-13s %4lld %4d %10.1f %10.3f %8.2f %6.2f %12.0f\n", r.kernel.c_str(),
-                  r.shape.c_str(), static_cast<long long>(r.positions), r.threads, r.bytes / 1e6,
-                  r.seconds * 1e3, r.gbps, r.ratio, static_cast<double>(r.positions) / r.seconds);
-    }
     // Batched gain: positions/s at 16 positions over positions/s at 1, same shape and threads.
     // Its ceiling with exact fp32 arithmetic: every weight-position is one multiply-add, so 16
     // positions cannot go faster than the multiply-add peak allows.
@@ -301,9 +332,9 @@ class Bench {
       std::fprintf(f,
                    ",\n  {\"kernel\": \"%s\", \"shape\": \"%s\", \"positions\": %lld, "
                    "\"threads\": %d, \"bytes\": %.0f, \"seconds\": %.9f, \"gbps\": %.4f, "
-                   "\"ratio\": %.4f}",
+                   "\"memory_gbps\": %.4f, \"ratio\": %.4f}",
                    r.kernel.c_str(), r.shape.c_str(), static_cast<long long>(r.positions),
-                   r.threads, r.bytes, r.seconds, r.gbps, r.ratio);
+                   r.threads, r.bytes, r.seconds, r.gbps, r.probe_gbps, r.ratio);
     }
     std::fprintf(f, "\n]\n");
     const bool ok = std::fclose(f) == 0;
