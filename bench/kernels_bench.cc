@@ -1,6 +1,7 @@
 #include "bench/kernels_bench.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -104,8 +105,9 @@ class Bench {
     }
     const auto n = static_cast<int64_t>(probe_.size());
     const auto t0 = Clock::now();
-    DefaultPool().ParallelRanges(
-        n, 1 << 16, [&](int64_t b, int64_t e) { sink_ += ReadWords(probe_.data(), b, e); });
+    DefaultPool().ParallelRanges(n, 1 << 16, [&](int64_t b, int64_t e) {
+      sink_.fetch_add(ReadWords(probe_.data(), b, e), std::memory_order_relaxed);
+    });
     return static_cast<double>(kProbeBytes) / Seconds(t0, Clock::now()) / 1e9;
   }
 
@@ -171,7 +173,7 @@ class Bench {
           },
           &ctx);
       const double s = Seconds(t0, Clock::now());
-      for (float f : ctx.sink) sink_ += static_cast<uint64_t>(f);
+      for (float f : ctx.sink) sink_.fetch_add(static_cast<uint64_t>(f), std::memory_order_relaxed);
       const double lanes = static_cast<double>(kernels::FmaLanesPerIteration()) *
                            static_cast<double>(iterations) * threads;
       if (lanes / s > best) best = lanes / s;
@@ -344,7 +346,7 @@ class Bench {
 
   KernelsBenchOptions o_;
   AlignedBuffer<uint64_t> probe_;
-  uint64_t sink_ = 0;
+  std::atomic<uint64_t> sink_{0};  // keeps the probes' reads alive; parts add from every thread
   double bw1_ = 0, bw_all_ = 0, fma1_ = 0, fma_all_ = 0;
   std::vector<Record> records_;
 };
