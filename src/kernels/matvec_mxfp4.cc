@@ -16,6 +16,42 @@ HWY_BEFORE_NAMESPACE();
 namespace deltafin::kernels {
 namespace HWY_NAMESPACE {
 
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
+// The x86 paths below compute against x de-interleaved per 32-column group,
+// [x0 x2 … x30 | x1 x3 … x31], so that the codes of a group's 16 bytes (low nibble = even column,
+// high nibble = odd column) line up with x without any shuffle back into column order. The
+// partial sums keep their column index, so the documented order is unchanged.
+
+// 64 KB of de-interleaved x on the stack: up to 4 vectors of K3's expert widths (3584).
+constexpr int64_t kMaxDeinterleavedFloats = 16384;
+
+HWY_INLINE void DeinterleaveGroups(const float* src, int64_t groups, float* dst) {
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int j = 0; j < 16; ++j) {
+      dst[g * 32 + j] = src[g * 32 + 2 * j];
+      dst[g * 32 + 16 + j] = src[g * 32 + 2 * j + 1];
+    }
+  }
+}
+
+// Vectors are taken kMaxTile at a time (fewer when cols is large); each tile's x is de-interleaved
+// once, then tile_rows(xd, count, y) does every row of the part for it. The weights are read once
+// per tile: from cache after the first tile when the thread's rows fit the last-level cache.
+template <int64_t kMaxTile, class TileRows>
+HWY_INLINE void ForEachDeinterleavedTile(const float* x, int64_t n, int64_t cols, int64_t rows,
+                                         float* y, const TileRows& tile_rows) {
+  alignas(64) float xd[kMaxDeinterleavedFloats];
+  int64_t per_tile = kMaxDeinterleavedFloats / cols;
+  if (per_tile > kMaxTile) per_tile = kMaxTile;
+  for (int64_t v0 = 0; v0 < n; v0 += per_tile) {
+    const int64_t count = n - v0 < per_tile ? n - v0 : per_tile;
+    for (int64_t v = 0; v < count; ++v)
+      DeinterleaveGroups(x + (v0 + v) * cols, cols / 32, xd + v * cols);
+    tile_rows(xd, count, y + v0 * rows);
+  }
+}
+#endif
+
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 // AVX-512 paths. Byte j of a group holds columns 2j (low nibble) and 2j+1 (high nibble). The 16
 // bytes of a group, widened to 16 dword lanes, are table indices: vpermps looks up the E2M1 table
@@ -130,32 +166,11 @@ HWY_INLINE void Mxfp4TileRowsAvx3(const uint8_t* packed, const uint8_t* scales, 
   }
 }
 
-// 64 KB of de-interleaved x on the stack: up to 4 vectors of K3's expert widths (3584).
-constexpr int64_t kMaxDeinterleavedFloats = 16384;
-constexpr int64_t kMaxTileVectors = 4;  // 2 rows × 4 vectors × 2 accumulators fill the registers
-
-// Vectors are taken kMaxTileVectors at a time (fewer when cols is large); each tile's x is
-// de-interleaved once, then every row of [r0, r1) is done for it. The weights are read once per
-// tile: from cache after the first tile when the thread's rows fit the last-level cache.
+// One vector: 4 rows per tile (more FMA chains, one x load for 4 rows); batches: 2 rows × 4
+// vectors (2 × 4 × 2 accumulators and the weights fill the 32 registers).
 void Mxfp4RowsAvx3(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
                    const float* x, int64_t n, int64_t r0, int64_t r1, float* y) {
-  alignas(64) float xd[kMaxDeinterleavedFloats];
-  const int64_t groups = cols / 32;
-  int64_t per_tile = kMaxDeinterleavedFloats / cols;
-  if (per_tile > kMaxTileVectors) per_tile = kMaxTileVectors;
-  for (int64_t v0 = 0; v0 < n; v0 += per_tile) {
-    const int64_t count = n - v0 < per_tile ? n - v0 : per_tile;
-    for (int64_t v = 0; v < count; ++v) {
-      const float* src = x + (v0 + v) * cols;
-      float* dst = xd + v * cols;
-      for (int64_t g = 0; g < groups; ++g) {
-        for (int j = 0; j < 16; ++j) {
-          dst[g * 32 + j] = src[g * 32 + 2 * j];
-          dst[g * 32 + 16 + j] = src[g * 32 + 2 * j + 1];
-        }
-      }
-    }
-    float* yv = y + v0 * rows;
+  ForEachDeinterleavedTile<4>(x, n, cols, rows, y, [&](const float* xd, int64_t count, float* yv) {
     switch (count) {
       case 1:
         Mxfp4TileRowsAvx3<4, 1>(packed, scales, rows, cols, xd, r0, r1, yv);
@@ -170,9 +185,130 @@ void Mxfp4RowsAvx3(const uint8_t* packed, const uint8_t* scales, int64_t rows, i
         Mxfp4TileRowsAvx3<2, 4>(packed, scales, rows, cols, xd, r0, r1, yv);
         break;
     }
-  }
+  });
 }
 #endif  // HWY_AVX3
+
+#if HWY_TARGET == HWY_AVX2
+// AVX2 path (8 fp32 lanes; no 16-entry fp32 permute). The 16 bytes of a group are split into low
+// and high nibbles and looked up with pshufb in a table of 2·E2M1 as int8 (exact small integers),
+// widened to fp32 and multiplied by 2^(s-128) = scale/2, so each weight is E2M1·2^(s-127) exactly,
+// as in the reference. Per row and vector four accumulators hold partials {0,2,…,14},
+// {16,18,…,30}, {1,3,…,15} and {17,19,…,31}, matching x de-interleaved as above.
+
+alignas(16) static constexpr int8_t kDoubledE2m1[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                                        0, -1, -2, -3, -4, -6, -8, -12};
+
+// scale/2 of up to 16 consecutive groups (E8m0ToF32 vectorised, times an exact 0.5).
+HWY_INLINE void HalfScalesToF32Avx2(const uint8_t* s, int64_t count, float* out) {
+  alignas(16) uint8_t bytes[16] = {};
+  for (int64_t k = 0; k < count; ++k) bytes[k] = s[k];
+  for (int half = 0; half < 2; ++half) {
+    const __m256i v =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + 8 * half)));
+    __m256i bits = _mm256_slli_epi32(v, 23);
+    bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000),
+                              _mm256_cmpeq_epi32(v, _mm256_setzero_si256()));
+    bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7fc00000),
+                              _mm256_cmpeq_epi32(v, _mm256_set1_epi32(255)));
+    _mm256_store_ps(out + 8 * half, _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0.5f)));
+  }
+}
+
+// The documented tree: level "p[i] += p[i + 16]" adds the two vectors of each parity, then each
+// 8-lane sum is halved as on AVX-512, and partials 0 (even) and 1 (odd) are added last.
+HWY_INLINE float ReduceAvx2(__m256 even_lo, __m256 even_hi, __m256 odd_lo, __m256 odd_hi) {
+  const auto halve = [](__m256 v8) {
+    const __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
+    const __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
+    return _mm_add_ss(v2, _mm_movehdup_ps(v2));
+  };
+  return _mm_cvtss_f32(
+      _mm_add_ss(halve(_mm256_add_ps(even_lo, even_hi)), halve(_mm256_add_ps(odd_lo, odd_hi))));
+}
+
+// kR rows × kT vectors (16 ymm registers: kR·kT·4 accumulators + 4 weights).
+template <size_t kR, size_t kT>
+HWY_INLINE void Mxfp4TileAvx2(const uint8_t* prow, const uint8_t* srow, int64_t groups,
+                              const float* xd, int64_t cols, float* y, int64_t rows) {
+  const __m128i table = _mm_load_si128(reinterpret_cast<const __m128i*>(kDoubledE2m1));
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  __m256 acc[kR][kT][4];
+  for (size_t i = 0; i < kR; ++i) {
+    for (size_t t = 0; t < kT; ++t) {
+      for (int k = 0; k < 4; ++k) acc[i][t][k] = _mm256_setzero_ps();
+    }
+  }
+  const int64_t row_bytes = groups * 16;
+  for (int64_t g0 = 0; g0 < groups; g0 += 16) {
+    const int64_t count = groups - g0 < 16 ? groups - g0 : 16;
+    alignas(32) float half_scale[kR][16];
+    for (size_t i = 0; i < kR; ++i) {
+      HalfScalesToF32Avx2(srow + static_cast<int64_t>(i) * groups + g0, count, half_scale[i]);
+    }
+    for (int64_t g = 0; g < count; ++g) {
+      // The next tile's rows follow this tile's in memory (see the AVX-512 path).
+      _mm_prefetch(reinterpret_cast<const char*>(prow + kR * row_bytes + (g0 + g) * 16 * kR),
+                   _MM_HINT_T0);
+      const float* xg = xd + (g0 + g) * 32;
+      HWY_UNROLL(2)
+      for (size_t i = 0; i < kR; ++i) {
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
+            prow + static_cast<int64_t>(i) * row_bytes + (g0 + g) * 16));
+        const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(b, low4));
+        const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(b, 4), low4));
+        const __m256 scale = _mm256_set1_ps(half_scale[i][g]);
+        const auto widen = [&](__m128i v) {
+          return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), scale);
+        };
+        const __m256 w[4] = {widen(lo), widen(_mm_unpackhi_epi64(lo, lo)), widen(hi),
+                             widen(_mm_unpackhi_epi64(hi, hi))};
+        HWY_UNROLL(4)
+        for (size_t t = 0; t < kT; ++t) {
+          const float* xt = xg + static_cast<int64_t>(t) * cols;
+          HWY_UNROLL(4)
+          for (int k = 0; k < 4; ++k) {
+            acc[i][t][k] = _mm256_fmadd_ps(w[k], _mm256_load_ps(xt + 8 * k), acc[i][t][k]);
+          }
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < kR; ++i) {
+    for (size_t t = 0; t < kT; ++t) {
+      y[static_cast<int64_t>(t) * rows + static_cast<int64_t>(i)] =
+          ReduceAvx2(acc[i][t][0], acc[i][t][1], acc[i][t][2], acc[i][t][3]);
+    }
+  }
+}
+
+template <size_t kR, size_t kT>
+HWY_INLINE void Mxfp4TileRowsAvx2(const uint8_t* packed, const uint8_t* scales, int64_t rows,
+                                  int64_t cols, const float* xd, int64_t r0, int64_t r1, float* y) {
+  const int64_t groups = cols / 32;
+  int64_t r = r0;
+  for (; r + static_cast<int64_t>(kR) <= r1; r += static_cast<int64_t>(kR)) {
+    Mxfp4TileAvx2<kR, kT>(packed + r * groups * 16, scales + r * groups, groups, xd, cols, y + r,
+                          rows);
+  }
+  for (; r < r1; ++r) {
+    Mxfp4TileAvx2<1, kT>(packed + r * groups * 16, scales + r * groups, groups, xd, cols, y + r,
+                         rows);
+  }
+}
+
+// One vector: 2 rows per tile; batches: 1 row × 2 vectors (8 accumulators either way).
+void Mxfp4RowsAvx2(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
+                   const float* x, int64_t n, int64_t r0, int64_t r1, float* y) {
+  ForEachDeinterleavedTile<2>(x, n, cols, rows, y, [&](const float* xd, int64_t count, float* yv) {
+    if (count == 1) {
+      Mxfp4TileRowsAvx2<2, 1>(packed, scales, rows, cols, xd, r0, r1, yv);
+    } else {
+      Mxfp4TileRowsAvx2<1, 2>(packed, scales, rows, cols, xd, r0, r1, yv);
+    }
+  });
+}
+#endif  // HWY_AVX2
 
 void Mxfp4RowsImpl(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
                    const float* x, int64_t n, int64_t r0, int64_t r1, float* y) {
@@ -185,6 +321,11 @@ void Mxfp4RowsImpl(const uint8_t* packed, const uint8_t* scales, int64_t rows, i
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   if (cols <= kMaxDeinterleavedFloats) {
     Mxfp4RowsAvx3(packed, scales, rows, cols, x, n, r0, r1, y);
+    return;
+  }
+#elif HWY_TARGET == HWY_AVX2
+  if (cols <= kMaxDeinterleavedFloats) {
+    Mxfp4RowsAvx2(packed, scales, rows, cols, x, n, r0, r1, y);
     return;
   }
 #endif
