@@ -50,6 +50,16 @@ HWY_INLINE void ForEachDeinterleavedTile(const float* x, int64_t n, int64_t cols
     tile_rows(xd, count, y + v0 * rows);
   }
 }
+
+// Rows [r0, r1) in tiles of kR rows, the remainder one row at a time: tile.operator()<rows>(r).
+template <size_t kR, class Tile>
+HWY_INLINE void ForEachRowTile(int64_t r0, int64_t r1, const Tile& tile) {
+  int64_t r = r0;
+  for (; r + static_cast<int64_t>(kR) <= r1; r += static_cast<int64_t>(kR)) {
+    tile.template operator()<kR>(r);
+  }
+  for (; r < r1; ++r) tile.template operator()<1>(r);
+}
 #endif
 
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
@@ -150,20 +160,14 @@ HWY_INLINE void Mxfp4TileAvx3(const uint8_t* prow, const uint8_t* srow, int64_t 
   }
 }
 
-// Rows [r0, r1) for kT de-interleaved vectors, kR rows at a time.
 template <size_t kR, size_t kT>
 HWY_INLINE void Mxfp4TileRowsAvx3(const uint8_t* packed, const uint8_t* scales, int64_t rows,
                                   int64_t cols, const float* xd, int64_t r0, int64_t r1, float* y) {
   const int64_t groups = cols / 32;
-  int64_t r = r0;
-  for (; r + static_cast<int64_t>(kR) <= r1; r += static_cast<int64_t>(kR)) {
-    Mxfp4TileAvx3<kR, kT>(packed + r * groups * 16, scales + r * groups, groups, xd, cols, y + r,
-                          rows);
-  }
-  for (; r < r1; ++r) {
-    Mxfp4TileAvx3<1, kT>(packed + r * groups * 16, scales + r * groups, groups, xd, cols, y + r,
-                         rows);
-  }
+  ForEachRowTile<kR>(r0, r1, [&]<size_t kRows>(int64_t r) {
+    Mxfp4TileAvx3<kRows, kT>(packed + r * groups * 16, scales + r * groups, groups, xd, cols, y + r,
+                             rows);
+  });
 }
 
 // One vector: 4 rows per tile (more FMA chains, one x load for 4 rows); batches: 2 rows × 4
@@ -286,15 +290,10 @@ template <size_t kR, size_t kT>
 HWY_INLINE void Mxfp4TileRowsAvx2(const uint8_t* packed, const uint8_t* scales, int64_t rows,
                                   int64_t cols, const float* xd, int64_t r0, int64_t r1, float* y) {
   const int64_t groups = cols / 32;
-  int64_t r = r0;
-  for (; r + static_cast<int64_t>(kR) <= r1; r += static_cast<int64_t>(kR)) {
-    Mxfp4TileAvx2<kR, kT>(packed + r * groups * 16, scales + r * groups, groups, xd, cols, y + r,
-                          rows);
-  }
-  for (; r < r1; ++r) {
-    Mxfp4TileAvx2<1, kT>(packed + r * groups * 16, scales + r * groups, groups, xd, cols, y + r,
-                         rows);
-  }
+  ForEachRowTile<kR>(r0, r1, [&]<size_t kRows>(int64_t r) {
+    Mxfp4TileAvx2<kRows, kT>(packed + r * groups * 16, scales + r * groups, groups, xd, cols, y + r,
+                             rows);
+  });
 }
 
 // One vector: 2 rows per tile; batches: 1 row × 2 vectors (8 accumulators either way).
