@@ -245,9 +245,9 @@ struct I8Decoder {
 // MXFP4, fused: one group (16 packed bytes, one scale) per 32-column block. N bytes at a time are
 // widened to 32-bit lanes in a byte order chosen so that interleaving the low-nibble and
 // high-nibble lanes (InterleaveLower/Upper work per 128-bit block) yields elements in column
-// order. Codes become fp32 by table lookup: on AVX3 a 16-entry fp32 permute of the E2M1 values;
-// elsewhere a byte shuffle of 2·E2M1 (small integers, ggml's kvalues), converted and multiplied by
-// scale/2. Either way weight = E2M1·2^(s-127) exactly, as in the reference.
+// order. Codes become fp32 by a byte shuffle of 2·E2M1 (small integers, ggml's kvalues),
+// converted and multiplied by scale/2, so weight = E2M1·2^(s-127) exactly, as in the reference.
+// NEON's path; on x86 only rows wider than the de-interleaved tiles of matvec_mxfp4.cc take it.
 struct Mxfp4Decoder {
   using DI = hn::RebindToSigned<DF>;
   using D8 = hn::Rebind<uint8_t, DI>;  // kN bytes
@@ -257,13 +257,7 @@ struct Mxfp4Decoder {
   const uint8_t* prow = nullptr;
   const uint8_t* srow = nullptr;
   hn::Vec<D8> perm;
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  VF table;
-  static constexpr float kHalf = 1.0f;  // the table holds E2M1 itself
-#else
-  hn::Vec<DI> table;
-  static constexpr float kHalf = 0.5f;  // the table holds 2·E2M1
-#endif
+  hn::Vec<DI> table;  // 2·E2M1 as int8, in every 128-bit block
 
   Mxfp4Decoder(const uint8_t* packed, const uint8_t* scales, int64_t n_cols)
       : packed0(packed), scales0(scales), cols(n_cols) {
@@ -275,28 +269,15 @@ struct Mxfp4Decoder {
       idx[i] = static_cast<uint8_t>(j < 2 ? 2 * b + j : 2 * kBlocks + 2 * b + j - 2);
     }
     perm = hn::LoadU(D8(), idx);
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-    alignas(64) static constexpr float kValues[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
-                                                      4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
-                                                      -2.0f, -3.0f, -4.0f, -6.0f};
-    table = hn::LoadU(DF(), kValues);
-#else
     alignas(16) static constexpr int8_t kDoubled[16] = {0, 1,  2,  3,  4,  6,  8,  12,
                                                         0, -1, -2, -3, -4, -6, -8, -12};
     const hn::Repartition<int8_t, DI> d8s;
     table = hn::BitCast(DI(), hn::LoadDup128(d8s, kDoubled));
-#endif
   }
   HWY_INLINE void SetRow(int64_t r) {
     prow = packed0 + r * (cols / 2);
     srow = scales0 + r * (cols / kBlock);
   }
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  // `scaled` = E2M1 table × the group's power-of-two scale (exact), so a lookup yields the weight.
-  HWY_INLINE VF Lookup(VF scaled, hn::Vec<DI> code) const {
-    return hn::TableLookupLanes(scaled, hn::IndicesFromVec(DF(), code));
-  }
-#else
   HWY_INLINE VF Lookup(hn::Vec<DI> code) const {
     const DF df;
     // Index bytes are (code, 0, 0, 0) per lane and table byte 0 is 0: the lane gets the
@@ -304,33 +285,22 @@ struct Mxfp4Decoder {
     const auto v = hn::TableLookupBytes(table, code);
     return hn::ConvertTo(df, hn::ShiftRight<24>(hn::ShiftLeft<24>(v)));
   }
-#endif
   HWY_INLINE void Block(int64_t c, VF* w) const {
     const DF df;
     const DI di;
     const D8 d8;
     const int64_t g = c / kBlock;
     const uint8_t* bytes = prow + g * (kBlock / 2);
-    const VF scale = hn::Set(df, E8m0ToF32(srow[g]) * kHalf);
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-    const VF scaled = hn::Mul(table, scale);  // 16 lanes: one multiply per group, not per weight
-#endif
+    const VF half_scale = hn::Set(df, E8m0ToF32(srow[g]) * 0.5f);  // exact
     HWY_UNROLL(4)
     for (size_t it = 0; it < kAcc / 2; ++it) {
       auto b = hn::LoadU(d8, bytes + it * kN);
       if constexpr (kN > 4) b = hn::TableLookupBytes(b, perm);
       const auto v = hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<DI>(), b));
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-      const VF lo = Lookup(scaled, hn::And(v, hn::Set(di, 15)));
-      const VF hi = Lookup(scaled, hn::ShiftRight<4>(v));
-      w[2 * it] = hn::InterleaveLower(df, lo, hi);
-      w[2 * it + 1] = hn::InterleaveUpper(df, lo, hi);
-#else
       const VF lo = Lookup(hn::And(v, hn::Set(di, 15)));
       const VF hi = Lookup(hn::ShiftRight<4>(v));
-      w[2 * it] = hn::Mul(hn::InterleaveLower(df, lo, hi), scale);
-      w[2 * it + 1] = hn::Mul(hn::InterleaveUpper(df, lo, hi), scale);
-#endif
+      w[2 * it] = hn::Mul(hn::InterleaveLower(df, lo, hi), half_scale);
+      w[2 * it + 1] = hn::Mul(hn::InterleaveUpper(df, lo, hi), half_scale);
     }
   }
   HWY_INLINE void Tail(int64_t, int64_t, float*) const {}  // cols is a multiple of 32

@@ -51,6 +51,15 @@ HWY_INLINE void ForEachDeinterleavedTile(const float* x, int64_t n, int64_t cols
   }
 }
 
+// The documented tree's levels w = 8, 4, 2 within one 8-lane vector whose lane j holds partial
+// 2j (or 2j + 1) after level 16: lanes j and j + 4, then j and j + 2, then 0 and 1. Returns the
+// sum in lane 0.
+HWY_INLINE __m128 TreeOfEight(__m256 v8) {
+  const __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
+  const __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
+  return _mm_add_ss(v2, _mm_movehdup_ps(v2));
+}
+
 // Rows [r0, r1) in tiles of kR rows, the remainder one row at a time: tile.operator()<rows>(r).
 template <size_t kR, class Tile>
 HWY_INLINE void ForEachRowTile(int64_t r0, int64_t r1, const Tile& tile) {
@@ -93,10 +102,7 @@ HWY_INLINE void ScalesToF32(const uint8_t* s, int64_t count, float* out) {
 // each vector reproduces the scalar tree's additions exactly.
 HWY_INLINE float ReduceEvenOdd(__m512 even, __m512 odd) {
   const auto halve = [](__m512 v) {
-    const __m256 v8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    const __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
-    const __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
-    return _mm_add_ss(v2, _mm_movehdup_ps(v2));
+    return TreeOfEight(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
   };
   return _mm_cvtss_f32(_mm_add_ss(halve(even), halve(odd)));
 }
@@ -222,13 +228,8 @@ HWY_INLINE void HalfScalesToF32Avx2(const uint8_t* s, int64_t count, float* out)
 // The documented tree: level "p[i] += p[i + 16]" adds the two vectors of each parity, then each
 // 8-lane sum is halved as on AVX-512, and partials 0 (even) and 1 (odd) are added last.
 HWY_INLINE float ReduceAvx2(__m256 even_lo, __m256 even_hi, __m256 odd_lo, __m256 odd_hi) {
-  const auto halve = [](__m256 v8) {
-    const __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
-    const __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
-    return _mm_add_ss(v2, _mm_movehdup_ps(v2));
-  };
-  return _mm_cvtss_f32(
-      _mm_add_ss(halve(_mm256_add_ps(even_lo, even_hi)), halve(_mm256_add_ps(odd_lo, odd_hi))));
+  return _mm_cvtss_f32(_mm_add_ss(TreeOfEight(_mm256_add_ps(even_lo, even_hi)),
+                                  TreeOfEight(_mm256_add_ps(odd_lo, odd_hi))));
 }
 
 // kR rows × kT vectors (16 ymm registers: kR·kT·4 accumulators + 4 weights).
