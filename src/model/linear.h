@@ -12,17 +12,10 @@
 
 namespace deltafin {
 
-// x: [n, w.cols], y: [n, w.rows], row-major. n == 1 uses the matrix-vector kernels (the batched
-// kernels give the same bits; this only skips their batching overhead).
+// x: [n, w.cols], y: [n, w.rows], row-major (n == 1 is the matrix-vector product).
 inline void Linear(const Bf16Matrix& w, const float* x, int64_t n, float* y) {
   if (w.q != nullptr) {
-    if (n == 1) {
-      kernels::MatVecI8(w.q, w.q_scales, w.rows, w.cols, x, y);
-    } else {
-      kernels::MatMulI8(w.q, w.q_scales, w.rows, w.cols, x, n, y);
-    }
-  } else if (n == 1) {
-    kernels::MatVecBf16(w.data, w.rows, w.cols, x, y);
+    kernels::MatMulI8(w.q, w.q_scales, w.rows, w.cols, x, n, y);
   } else {
     kernels::MatMulBf16(w.data, w.rows, w.cols, x, n, y);
   }
