@@ -65,13 +65,15 @@ Status ExpertLog::Open(const std::string& path, std::vector<std::pair<int64_t, i
   return Status::Ok();
 }
 
-Status ExpertLog::Append(int64_t layer, int32_t expert) {
-  const std::string r = Record(layer, expert);
+Status ExpertLog::Append(int64_t layer, const std::vector<int32_t>& experts) {
+  std::string records;
+  for (int32_t expert : experts) records += Record(layer, expert);
   std::lock_guard<std::mutex> lock(mu_);
-  const ssize_t n = ::write(fd_, r.data(), r.size());
-  if (n != static_cast<ssize_t>(r.size()) || ::fdatasync(fd_) != 0) {
-    return Status::Error(path_ + ": cannot record expert " + std::to_string(expert) + " of layer " +
-                         std::to_string(layer) + ": " + std::strerror(errno));
+  const ssize_t n = ::write(fd_, records.data(), records.size());
+  if (n != static_cast<ssize_t>(records.size()) || ::fdatasync(fd_) != 0) {
+    return Status::Error(path_ + ": cannot record " + std::to_string(experts.size()) +
+                         " experts of layer " + std::to_string(layer) + ": " +
+                         std::strerror(errno));
   }
   return Status::Ok();
 }

@@ -23,8 +23,9 @@ class ExpertLog {
   ~ExpertLog();
   // Opens (creating if missing) and reads every valid record.
   Status Open(const std::string& path, std::vector<std::pair<int64_t, int32_t>>* present);
-  // Appends one record and makes it durable. Thread-safe.
-  Status Append(int64_t layer, int32_t expert);
+  // Appends one record per expert of `layer` with one write and makes them durable with one
+  // fdatasync. Thread-safe.
+  Status Append(int64_t layer, const std::vector<int32_t>& experts);
   // Replaces the log with exactly these records (atomic: temp file + rename). Thread-safe.
   Status Rewrite(const std::vector<std::pair<int64_t, int32_t>>& present);
 

@@ -200,26 +200,23 @@ Status StreamStore::FetchOne(int64_t layer, int32_t expert, Progress* progress) 
   DF_RETURN_IF_ERROR(
       PwriteAll(shard.fd, buf.data(), buf.size(), slot.offset, shard.path, shard.size)
           .WithContext("storing " + what));
-  if (::fdatasync(shard.fd) != 0) {
-    return Status::Error("storing " + what + ": fdatasync failed: " + std::strerror(errno));
-  }
-  DF_RETURN_IF_ERROR(log_.Append(layer, expert));
-  present_[Index(layer, expert)].store(1, std::memory_order_release);
-  ++fetched_;
-  return Status::Ok();
+  return Status::Ok();  // durable and logged by FetchList, once for the whole list
 }
 
 Status StreamStore::FetchList(int64_t layer, const std::vector<int32_t>& missing,
                               Progress* progress) {
   std::atomic<size_t> next{0};
-  std::mutex err_mu;
+  std::mutex mu;
   Status first_error;
+  std::vector<int32_t> stored;  // written to their shard, not yet durable
   auto worker = [&] {
     for (size_t i = next++; i < missing.size(); i = next++) {
       Status s = FetchOne(layer, missing[i], progress);
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(err_mu);
-        if (first_error.ok()) first_error = s;
+      std::lock_guard<std::mutex> lock(mu);
+      if (s.ok()) {
+        stored.push_back(missing[i]);
+      } else if (first_error.ok()) {
+        first_error = s;
       }
     }
   };
@@ -228,6 +225,21 @@ Status StreamStore::FetchList(int64_t layer, const std::vector<int32_t>& missing
   for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
   for (auto& t : pool) t.join();
+  // Data before the log: one fdatasync per shard that received bytes (a layer's experts usually
+  // share one), then one durable log write for all of them; only then are they present.
+  std::vector<int> synced;
+  for (int32_t e : stored) {
+    const int s = slots_[Index(layer, e)].shard;
+    if (std::find(synced.begin(), synced.end(), s) != synced.end()) continue;
+    const Shard& shard = shards_[static_cast<size_t>(s)];
+    if (::fdatasync(shard.fd) != 0) {
+      return Status::Error(shard.path + ": fdatasync failed: " + std::strerror(errno));
+    }
+    synced.push_back(s);
+  }
+  if (!stored.empty()) DF_RETURN_IF_ERROR(log_.Append(layer, stored));
+  for (int32_t e : stored) present_[Index(layer, e)].store(1, std::memory_order_release);
+  fetched_ += stored.size();
   DF_RETURN_IF_ERROR(first_error);
   // A shard whose last expert just arrived is checked against its sha256, in the background.
   int checked = -1;  // a layer's experts share one shard: check it once

@@ -127,8 +127,8 @@ TEST(ExpertLog, TornTailIsIgnoredAndRewriteReplaces) {
     std::vector<std::pair<int64_t, int32_t>> present;
     ASSERT_TRUE(log.Open(path, &present).ok());
     EXPECT_TRUE(present.empty());
-    ASSERT_TRUE(log.Append(3, 17).ok());
-    ASSERT_TRUE(log.Append(4, 0).ok());
+    ASSERT_TRUE(log.Append(3, {17}).ok());
+    ASSERT_TRUE(log.Append(4, {0}).ok());
   }
   {  // a crash mid-append: 7 bytes of a third record, then a corrupt checksum
     std::ofstream(path, std::ios::app | std::ios::binary) << std::string("DFEX\x01\x02\x03", 7);
@@ -140,9 +140,9 @@ TEST(ExpertLog, TornTailIsIgnoredAndRewriteReplaces) {
     ASSERT_EQ(present.size(), 2u);
     EXPECT_EQ(present[0], (std::pair<int64_t, int32_t>{3, 17}));
     EXPECT_EQ(fs::file_size(path), 32u);  // the torn tail was cut
-    ASSERT_TRUE(log.Append(5, 5).ok());
+    ASSERT_TRUE(log.Append(5, {5}).ok());
     ASSERT_TRUE(log.Rewrite({{5, 5}}).ok());
-    ASSERT_TRUE(log.Append(6, 1).ok());
+    ASSERT_TRUE(log.Append(6, {1}).ok());
   }
   setup::ExpertLog log;
   std::vector<std::pair<int64_t, int32_t>> present;
