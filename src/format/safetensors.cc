@@ -62,18 +62,28 @@ Status ParseEntry(const std::string& label, const std::string& name, const json&
 
 }  // namespace
 
-Result<SafetensorsHeader> ParseSafetensorsHeader(const uint8_t* bytes, uint64_t available,
-                                                 uint64_t file_size, const std::string& label) {
-  if (file_size < 8 || available < 8) {
+Result<uint64_t> SafetensorsHeaderLength(const uint8_t* first8, uint64_t file_size,
+                                         const std::string& label) {
+  if (file_size < 8) {
     return Status::Error(label + ": file too short for a safetensors header (" +
                          std::to_string(file_size) + " bytes)");
   }
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
+  for (int i = 7; i >= 0; --i) n = (n << 8) | first8[i];
   if (n > kMaxHeaderBytes || n > file_size - 8) {
     return Status::Error(label + ": header length " + std::to_string(n) +
                          " exceeds the file size " + std::to_string(file_size));
   }
+  return n;
+}
+
+Result<SafetensorsHeader> ParseSafetensorsHeader(const uint8_t* bytes, uint64_t available,
+                                                 uint64_t file_size, const std::string& label) {
+  if (available < 8) {
+    return Status::Error(label + ": file too short for a safetensors header (" +
+                         std::to_string(file_size) + " bytes)");
+  }
+  DF_ASSIGN_OR_RETURN(const uint64_t n, SafetensorsHeaderLength(bytes, file_size, label));
   if (available < 8 + n) return Status::Error(label + ": header not fully available");
   json header = json::parse(bytes + 8, bytes + 8 + n, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded()) return Status::Error(label + ": header is not well-formed JSON");

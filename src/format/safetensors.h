@@ -34,6 +34,11 @@ struct SafetensorsHeader {
   std::vector<SafetensorsEntry> tensors;
 };
 
+// N, the header length in a file's first 8 bytes, checked against the file size and a sanity
+// bound. For callers that must read the header themselves (pread, range requests) before parsing.
+Result<uint64_t> SafetensorsHeaderLength(const uint8_t* first8, uint64_t file_size,
+                                         const std::string& label);
+
 // `bytes` holds at least the first min(file_size, 8 + N) bytes of the file; `file_size` is the
 // whole file's size. `label` (usually the path) prefixes every error message.
 Result<SafetensorsHeader> ParseSafetensorsHeader(const uint8_t* bytes, uint64_t available,

@@ -13,8 +13,6 @@ namespace deltafin::setup {
 
 namespace {
 
-constexpr uint64_t kMaxHeaderBytes = 512ull << 20;
-
 // Parses "language_model.model.layers.{L}.block_sparse_moe.experts.{E}." at the start of name.
 bool ParseExpertName(const std::string& name, int64_t* layer, int32_t* expert) {
   static const std::string kPrefix = "language_model.model.layers.";
@@ -32,12 +30,6 @@ bool ParseExpertName(const std::string& name, int64_t* layer, int32_t* expert) {
   *layer = l;
   *expert = static_cast<int32_t>(e);
   return true;
-}
-
-uint64_t HeaderLength(const std::vector<uint8_t>& first8) {
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | first8[static_cast<size_t>(i)];
-  return n;
 }
 
 }  // namespace
@@ -93,10 +85,7 @@ Result<ShardLayout> ReadLocalLayout(int fd, uint64_t file_size, const std::strin
   if (file_size < 8 || ::pread(fd, first.data(), 8, 0) != 8) {
     return Status::Error(path + ": cannot read the safetensors header length");
   }
-  const uint64_t n = HeaderLength(first);
-  if (n > kMaxHeaderBytes || n > file_size - 8) {
-    return Status::Error(path + ": header length " + std::to_string(n) + " is implausible");
-  }
+  DF_ASSIGN_OR_RETURN(const uint64_t n, SafetensorsHeaderLength(first.data(), file_size, path));
   std::vector<uint8_t> header(8 + n);
   uint64_t done = 0;
   while (done < header.size()) {
@@ -118,11 +107,8 @@ Result<ShardLayout> FetchRemoteLayout(net::HttpClient& client, const std::string
     return Status::Ok();
   };
   DF_RETURN_IF_ERROR(client.GetRange(url, 0, 8, sink));
-  const uint64_t n = HeaderLength(bytes);
-  if (n > kMaxHeaderBytes || n > file_size - 8) {
-    return Status::Error(url + ": safetensors header length " + std::to_string(n) +
-                         " is implausible for a file of " + std::to_string(file_size) + " bytes");
-  }
+  if (bytes.size() != 8) return Status::Error(url + ": cannot read the safetensors header length");
+  DF_ASSIGN_OR_RETURN(const uint64_t n, SafetensorsHeaderLength(bytes.data(), file_size, url));
   DF_RETURN_IF_ERROR(client.GetRange(url, 8, n, sink));
   return LayoutFromHeader(std::move(bytes), file_size, url);
 }
