@@ -2,7 +2,7 @@
 // (spec §3.6) into <model>/spine-int8/, for `--spine int8` at run time. The on-disk layout is
 // described in model/spine_int8.h and docs/INT8.md.
 //
-// Crash-safe and resumable: each file is written under "<final>.partial", fsync'ed and renamed,
+// Crash-safe and resumable: each file is written under "<final>.tmp", fsync'ed and renamed,
 // so a final name only ever holds a complete file; once both files of a tensor are in place a
 // line with their sha256s is appended (and fsync'ed) to progress.jsonl. A rerun skips tensors
 // whose progress line matches files of the right sizes (and, with --verify, the right sha256s),
@@ -30,6 +30,7 @@
 #include "model/spine_int8.h"
 #include "quant/row_int8.h"
 #include "setup/hash.h"
+#include "setup/manifest.h"
 
 namespace deltafin::cli {
 
@@ -58,15 +59,6 @@ struct Entry {
 
 std::string Errno() { return std::strerror(errno); }
 
-Status FsyncDir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return Status::Error(dir + ": cannot open: " + Errno());
-  const bool ok = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok) return Status::Error(dir + ": fsync failed: " + Errno());
-  return Status::Ok();
-}
-
 Status WriteAll(int fd, const void* data, size_t size, const std::string& path) {
   const auto* p = static_cast<const uint8_t*>(data);
   while (size > 0) {
@@ -79,21 +71,6 @@ Status WriteAll(int fd, const void* data, size_t size, const std::string& path) 
     size -= static_cast<size_t>(n);
   }
   return Status::Ok();
-}
-
-// Writes `path` durably: "<path>.partial", fsync, rename. A failure removes the partial file.
-Status WriteDurable(const std::string& path, const void* data, size_t size) {
-  const std::string tmp = path + ".partial";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::Error(tmp + ": cannot create: " + Errno());
-  Status st = WriteAll(fd, data, size, tmp);
-  if (st.ok() && ::fsync(fd) != 0) st = Status::Error(tmp + ": fsync failed: " + Errno());
-  if (::close(fd) != 0 && st.ok()) st = Status::Error(tmp + ": close failed: " + Errno());
-  if (st.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    st = Status::Error(path + ": cannot rename into place: " + Errno());
-  }
-  if (!st.ok()) std::remove(tmp.c_str());
-  return st;
 }
 
 Status AppendLineDurable(const std::string& path, const std::string& line) {
@@ -195,9 +172,8 @@ Result<Entry> ConvertTensor(const std::string& out_dir, const std::string& name,
     sc[static_cast<size_t>(2 * r + 1)] = static_cast<uint8_t>(s16 >> 8);
   }
   const std::string base = out_dir + "/" + name;
-  DF_RETURN_IF_ERROR(WriteDurable(base + ".i8", q.data(), q.size()));
-  DF_RETURN_IF_ERROR(WriteDurable(base + ".sc", sc.data(), sc.size()));
-  DF_RETURN_IF_ERROR(FsyncDir(out_dir));
+  DF_RETURN_IF_ERROR(setup::WriteFileDurably(base + ".i8", q.data(), q.size()));
+  DF_RETURN_IF_ERROR(setup::WriteFileDurably(base + ".sc", sc.data(), sc.size()));
   return Entry{name, rows, cols, Sha256Hex(q.data(), q.size()), Sha256Hex(sc.data(), sc.size())};
 }
 
@@ -248,7 +224,7 @@ Status Convert(const ConvertArgs& args, bool* mismatched) {
     if (std::remove(manifest_path.c_str()) != 0) {
       return Status::Error(manifest_path + ": cannot remove: " + Errno());
     }
-    DF_RETURN_IF_ERROR(FsyncDir(out_dir));
+    setup::SyncDirectory(out_dir);
   }
   uint64_t bytes_done = 0;
   for (size_t i = 0; i < todo.size(); ++i) {
@@ -279,8 +255,7 @@ Status Convert(const ConvertArgs& args, bool* mismatched) {
                              {"tensors", tensors}};
   if (!todo.empty() || !fs::exists(manifest_path)) {
     const std::string text = manifest.dump(1) + "\n";
-    DF_RETURN_IF_ERROR(WriteDurable(manifest_path, text.data(), text.size()));
-    DF_RETURN_IF_ERROR(FsyncDir(out_dir));
+    DF_RETURN_IF_ERROR(setup::WriteFileDurably(manifest_path, text));
   }
   if (todo.empty()) {
     std::printf("nothing to convert: all %zu tensors are already converted (%s)\n", targets.size(),

@@ -30,13 +30,14 @@ void SyncDirectory(const std::string& dir) {
   }
 }
 
-Status WriteFileDurably(const std::string& path, const std::string& text, int mode) {
+Status WriteFileDurably(const std::string& path, const void* data, size_t size, int mode) {
+  const auto* bytes = static_cast<const char*>(data);
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) return Status::Error(tmp + ": cannot create: " + std::strerror(errno));
   size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+  while (done < size) {
+    const ssize_t n = ::write(fd, bytes + done, size - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const std::string err = std::strerror(errno);

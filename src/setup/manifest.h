@@ -51,7 +51,10 @@ std::string StateDir(const std::string& model_dir);      // DIR/.deltafin
 std::string ManifestPath(const std::string& model_dir);  // DIR/.deltafin/manifest.json
 
 // Writes `text` to `path` through `path`.tmp, fsync and rename, then fsyncs the directory.
-Status WriteFileDurably(const std::string& path, const std::string& text, int mode = 0644);
+Status WriteFileDurably(const std::string& path, const void* data, size_t size, int mode = 0644);
+inline Status WriteFileDurably(const std::string& path, const std::string& text, int mode = 0644) {
+  return WriteFileDurably(path, text.data(), text.size(), mode);
+}
 // fsync of a directory (after a rename into it).
 void SyncDirectory(const std::string& dir);
 

@@ -86,6 +86,7 @@ TEST_F(SpineInt8E2e, ConvertsEveryTargetResumesVerifiesAndRepairs) {
   EXPECT_EQ(listed.count("language_model.lm_head.weight"), 1u);
   EXPECT_EQ(listed.count("language_model.model.embed_tokens.weight"), 0u);
   for (const auto& f : fs::directory_iterator(model_ + "/spine-int8")) {
+    EXPECT_NE(f.path().extension(), ".tmp") << f.path();
     EXPECT_EQ(f.path().string().find(".partial"), std::string::npos) << f.path();
   }
 
