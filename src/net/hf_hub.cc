@@ -62,17 +62,18 @@ std::string EscapePath(const std::string& path) {
 
 }  // namespace
 
-std::string EndpointFromEnvironment() {
+std::string EndpointFromEnvironment(const std::string& fallback) {
   std::string e = Env("HF_ENDPOINT");
-  if (e.empty()) e = kDefaultEndpoint;
+  if (e.empty()) e = fallback;
   while (!e.empty() && e.back() == '/') e.pop_back();
   return e;
 }
 
-TokenChoice ResolveToken(const std::string& flag) {
+TokenChoice ResolveToken(const std::string& flag, const std::string& saved_file) {
   if (!flag.empty()) return {flag, "--token"};
   if (std::string t = Env("HF_TOKEN"); !t.empty()) return {t, "HF_TOKEN"};
   std::vector<std::string> files;
+  if (!saved_file.empty()) files.push_back(saved_file);
   if (std::string p = Env("HF_TOKEN_PATH"); !p.empty()) files.push_back(p);
   if (std::string h = Env("HF_HOME"); !h.empty()) {
     files.push_back(h + "/token");

@@ -36,15 +36,17 @@ struct HubRepoInfo {
   std::vector<HubFile> files;
 };
 
-// HF_ENDPOINT without a trailing slash, or the public hub.
-std::string EndpointFromEnvironment();
+// HF_ENDPOINT, else `fallback` (an install's recorded endpoint, or the public hub), without a
+// trailing slash.
+std::string EndpointFromEnvironment(const std::string& fallback = kDefaultEndpoint);
 
 struct TokenChoice {
   std::string token;
   std::string source;  // "--token", "HF_TOKEN", a file path, or "" when none was found
 };
-// The first of: `flag`, $HF_TOKEN, $HF_TOKEN_PATH, $HF_HOME/token, ~/.cache/huggingface/token.
-TokenChoice ResolveToken(const std::string& flag);
+// The first of: `flag`, $HF_TOKEN, `saved_file` (a token an install kept, when given),
+// $HF_TOKEN_PATH, $HF_HOME/token, ~/.cache/huggingface/token.
+TokenChoice ResolveToken(const std::string& flag, const std::string& saved_file = "");
 
 // "org/name" with [A-Za-z0-9._-] segments.
 Status CheckRepoId(const std::string& repo);

@@ -161,10 +161,8 @@ Status RunSetup(const SetupOptions& o) {
   DF_RETURN_IF_ERROR(CheckWritable(dir));
   const net::TokenChoice token = net::ResolveToken(o.token_flag);
   net::HttpOptions http;
-  http.endpoint = existing ? existing->endpoint : net::EndpointFromEnvironment();
-  if (const char* e = std::getenv("HF_ENDPOINT"); e != nullptr && *e != '\0') {
-    http.endpoint = net::EndpointFromEnvironment();
-  }
+  http.endpoint =
+      net::EndpointFromEnvironment(existing ? existing->endpoint : net::kDefaultEndpoint);
   http.token = token.token;
   http.max_connections = o.max_connections;
   net::HttpClient client(http);

@@ -22,19 +22,7 @@ namespace deltafin::setup {
 namespace fs = std::filesystem;
 
 std::string StreamToken(const std::string& model_dir, const std::string& flag) {
-  if (!flag.empty()) return flag;
-  const char* env = std::getenv("HF_TOKEN");
-  if (env != nullptr && *env != '\0') return env;
-  const std::string saved = (fs::path(StateDir(model_dir)) / "token").string();
-  if (fs::exists(saved)) {
-    auto text = ReadFileToString(saved);
-    if (text.ok()) {
-      std::string t = *text;
-      while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
-      if (!t.empty()) return t;
-    }
-  }
-  return net::ResolveToken("").token;
+  return net::ResolveToken(flag, (fs::path(StateDir(model_dir)) / "token").string()).token;
 }
 
 StreamStore::~StreamStore() {
@@ -70,9 +58,7 @@ Result<std::shared_ptr<StreamStore>> StreamStore::Open(const std::string& model_
   for (size_t i = 0; i < n; ++i) store->present_[i] = 1;  // until a sparse shard claims it
 
   net::HttpOptions http;
-  const char* env_endpoint = std::getenv("HF_ENDPOINT");
-  http.endpoint = env_endpoint != nullptr && *env_endpoint != '\0' ? env_endpoint : m.endpoint;
-  while (!http.endpoint.empty() && http.endpoint.back() == '/') http.endpoint.pop_back();
+  http.endpoint = net::EndpointFromEnvironment(m.endpoint);
   http.token = StreamToken(model_dir, options.token_flag);
   http.max_connections = options.max_connections;
   store->max_parallel_ = options.max_connections;
