@@ -27,6 +27,7 @@
 #include "cli/commands.h"
 #include "format/checkpoint.h"
 #include "io/mapped_file.h"
+#include "io/sha256.h"
 #include "model/spine_int8.h"
 #include "quant/row_int8.h"
 #include "setup/hash.h"

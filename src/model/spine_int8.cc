@@ -1,7 +1,5 @@
 #include "model/spine_int8.h"
 
-#include <openssl/evp.h>
-
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +9,7 @@
 #include <vector>
 
 #include "io/mapped_file.h"
+#include "io/sha256.h"
 #include "model/tensor_roster.h"
 #include "quant/row_int8.h"
 
@@ -37,19 +36,6 @@ uint64_t SpineInt8TensorBytes(const std::string& name, DType dtype,
     return elements + 4 * static_cast<uint64_t>(shape[0]);
   }
   return elements * DTypeSize(dtype);
-}
-
-std::string Sha256Hex(const void* data, size_t size) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data, size, digest, &len, EVP_sha256(), nullptr);
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out += kHex[digest[i] >> 4];
-    out += kHex[digest[i] & 15];
-  }
-  return out;
 }
 
 namespace {

@@ -44,7 +44,4 @@ uint64_t SpineInt8TensorBytes(const std::string& name, DType dtype,
 // missing, and names the file on any size, shape or identity mismatch.
 Status AttachSpineInt8(const std::string& model_dir, ModelWeights* w);
 
-// SHA-256 of a byte range, lower-case hex (the model identity recorded in the manifest).
-std::string Sha256Hex(const void* data, size_t size);
-
 }  // namespace deltafin

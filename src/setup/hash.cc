@@ -9,6 +9,8 @@
 #include <cstring>
 #include <vector>
 
+#include "io/sha256.h"
+
 namespace deltafin::setup {
 
 struct Hasher::Ctx {
@@ -33,13 +35,7 @@ std::string Hasher::HexDigest() {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   EVP_DigestFinal_ex(ctx_->md, digest, &n);
-  static const char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned int i = 0; i < n; ++i) {
-    hex += kHex[digest[i] >> 4];
-    hex += kHex[digest[i] & 15];
-  }
-  return hex;
+  return HexLower(digest, n);
 }
 
 Status HashFd(int fd, uint64_t size, const std::string& label, Hasher* hasher) {
