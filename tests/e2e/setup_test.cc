@@ -121,6 +121,15 @@ class SetupTest : public ::testing::Test {
     std::ofstream((*info_)["rules"].get<std::string>() + ".tmp") << rules.dump();
     fs::rename((*info_)["rules"].get<std::string>() + ".tmp", (*info_)["rules"].get<std::string>());
   }
+  // Shard bodies at 3 MB/s per request, so that a setup run lasts long enough to be interrupted.
+  static void ThrottleShards() {
+    SetRules({{{"id", "slow"},
+               {"port", "cdn"},
+               {"path", ".safetensors"},
+               {"action", "rate"},
+               {"bytes_per_second", 3000000},
+               {"times", -1}}});
+  }
   // Every request the proxy saw, in order.
   static std::vector<nlohmann::json> ProxyLog() {
     std::vector<nlohmann::json> out;
@@ -247,12 +256,7 @@ TEST_F(SetupTest, KilledSetupResumesWithoutRefetchingFinishedFiles) {
   // Throttle shard bodies (3 MB/s per request) so that a run takes seconds, and kill -9 it at
   // three points of progress: the spine shard (fetched first, 15.9 MB) 1 MB in; then 3 MB in
   // with at least one expert shard finished; then 6 MB in.
-  SetRules({{{"id", "slow"},
-             {"port", "cdn"},
-             {"path", ".safetensors"},
-             {"action", "rate"},
-             {"bytes_per_second", 3000000},
-             {"times", -1}}});
+  ThrottleShards();
   const fs::path m = dir_ / "m";
   const fs::path spine_partial = m / "model-00001-of-000009.safetensors.partial";
   const std::string cmd = "exec " + Env(kToken) + " " + ShellQuote(DF_BINARY) + " " +
@@ -322,12 +326,7 @@ TEST_F(SetupTest, KilledSetupResumesWithoutRefetchingFinishedFiles) {
 }
 
 TEST_F(SetupTest, ChangedEtagDiscardsThePartialFileAndStartsOver) {
-  SetRules({{{"id", "slow"},
-             {"port", "cdn"},
-             {"path", ".safetensors"},
-             {"action", "rate"},
-             {"bytes_per_second", 3000000},
-             {"times", -1}}});
+  ThrottleShards();
   const fs::path m = dir_ / "m";
   const std::string spine = "model-00001-of-000009.safetensors";
   const fs::path partial = m / (spine + ".partial");
