@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README): installs missing Debian packages, checks formatting, builds
-# the release preset and runs every test tier, cross-builds the kernel tests for ARM64 and runs them
-# under qemu-aarch64, then builds the ASan+UBSan preset and runs the unit, golden and kernel tiers
-# under the sanitizers.
+# the release preset and runs every test tier, runs the bounded fuzzers (tokenizer libFuzzer, the
+# tokenizer's differential fuzzer against npm tiktoken, the server's request parser), cross-builds
+# the kernel tests for ARM64 and runs them under qemu-aarch64, then builds the ASan+UBSan preset and
+# runs the unit, golden and kernel tiers under the sanitizers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
@@ -18,6 +19,10 @@ ctest --preset release -j "$jobs"
 
 echo "== tokenizer fuzzing (libFuzzer + ASan/UBSan, bounded)"
 tests/tokenizer/fuzz.sh build/fuzz-tokenizer 45
+
+echo "== tokenizer differential fuzzing against npm tiktoken (60 s, docs/RELIABILITY.md)"
+# Reuses the oracle test's work folder (its npm ci of the pinned tiktoken).
+tests/tokenizer/difffuzz.sh build/release build/release/tests/tokenizer-oracle 60
 
 echo "== server request-parser fuzzing (libFuzzer + ASan/UBSan, bounded)"
 tests/server/fuzz.sh build/fuzz-server 30

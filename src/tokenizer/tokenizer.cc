@@ -38,9 +38,18 @@ std::vector<Span> KimiSplit(std::string_view text, size_t max_chars, size_t max_
   return spans;
 }
 
+InputSplit DefaultInputSplit(PatternKind pattern) {
+  return pattern == PatternKind::kK3 ? InputSplit::kKimi : InputSplit::kNone;
+}
+
 Result<std::unique_ptr<Tokenizer>> Tokenizer::Create(Vocab vocab, PatternKind pattern) {
+  return Create(std::move(vocab), pattern, DefaultInputSplit(pattern));
+}
+
+Result<std::unique_ptr<Tokenizer>> Tokenizer::Create(Vocab vocab, PatternKind pattern,
+                                                     InputSplit split) {
   DF_ASSIGN_OR_RETURN(auto pre, PreTokenizer::Create(pattern));
-  return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(vocab), std::move(pre)));
+  return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(vocab), std::move(pre), split));
 }
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::LoadModelDir(const std::string& dir) {
@@ -61,6 +70,10 @@ Result<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
   DF_RETURN_IF_ERROR(ValidateUtf8(text));
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 16);
+  if (split_ == InputSplit::kNone) {
+    DF_RETURN_IF_ERROR(EncodeSpan(text, options, &out));
+    return out;
+  }
   for (const Span& s : KimiSplit(text)) {
     DF_RETURN_IF_ERROR(EncodeSpan(text.substr(s.begin, s.end - s.begin), options, &out));
   }

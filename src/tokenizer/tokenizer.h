@@ -1,9 +1,9 @@
 // Tokenizer: K3's encode/decode (spec §5.3) over a Vocab and a PreTokenizer.
 //
-// Encode = validate UTF-8 → split into slices of ≤ 400,000 code points and runs of ≤ 25,000
-// (non-)whitespace characters (tokenization_kimi.py) → optionally cut at allowed special-token
-// spellings → pre-tokenize → BPE. Long ordinary spans can be encoded on several threads with
-// identical results (see EncodeOrdinary in tokenizer.cc).
+// Encode = validate UTF-8 → (K3 only) split into slices of ≤ 400,000 code points and runs of
+// ≤ 25,000 (non-)whitespace characters (tokenization_kimi.py) → optionally cut at allowed
+// special-token spellings → pre-tokenize → BPE. Long ordinary spans can be encoded on several
+// threads with identical results (see EncodeOrdinary in tokenizer.cc).
 #pragma once
 
 #include <cstdint>
@@ -27,11 +27,22 @@ struct EncodeOptions {
   int threads = 1;
 };
 
+// How Encode cuts its input before anything else. The Kimi rule is part of K3's tokenizer
+// (tokenization_kimi.py wraps tiktoken with it), not of tiktoken: tiktoken's own encodings
+// (cl100k_base, o200k_base) pre-tokenize the whole text, so a run of 25,001+ spaces stays one
+// run there and cutting it would change the ids.
+enum class InputSplit { kNone, kKimi };
+// kKimi for K3's pattern, kNone for cl100k and o200k.
+InputSplit DefaultInputSplit(PatternKind pattern);
+
 class Tokenizer {
  public:
-  // A model folder: tiktoken.model + tokenizer_config.json, K3's pattern.
+  // A model folder: tiktoken.model + tokenizer_config.json, K3's pattern and splitting rule.
   static Result<std::unique_ptr<Tokenizer>> LoadModelDir(const std::string& dir);
+  // The pattern's own splitting rule (DefaultInputSplit).
   static Result<std::unique_ptr<Tokenizer>> Create(Vocab vocab, PatternKind pattern);
+  static Result<std::unique_ptr<Tokenizer>> Create(Vocab vocab, PatternKind pattern,
+                                                   InputSplit split);
 
   Result<std::vector<int32_t>> Encode(std::string_view text,
                                       const EncodeOptions& options = {}) const;
@@ -45,16 +56,18 @@ class Tokenizer {
 
   const Vocab& vocab() const { return vocab_; }
   const PreTokenizer& pretokenizer() const { return *pre_; }
+  InputSplit input_split() const { return split_; }
 
  private:
-  Tokenizer(Vocab vocab, std::unique_ptr<PreTokenizer> pre)
-      : vocab_(std::move(vocab)), pre_(std::move(pre)) {}
+  Tokenizer(Vocab vocab, std::unique_ptr<PreTokenizer> pre, InputSplit split)
+      : vocab_(std::move(vocab)), pre_(std::move(pre)), split_(split) {}
   Status EncodeSpan(std::string_view text, const EncodeOptions& options,
                     std::vector<int32_t>* out) const;
   Status EncodeParallel(std::string_view text, int threads, std::vector<int32_t>* out) const;
 
   Vocab vocab_;
   std::unique_ptr<PreTokenizer> pre_;
+  InputSplit split_;
 };
 
 // The Kimi splitting rule: byte ranges of `text` (valid UTF-8), each at most `max_chars` code

@@ -1,15 +1,20 @@
 // libFuzzer target for the pre-tokenizer and BPE (run by tests/tokenizer/fuzz.sh, bounded time).
 // For any input: invalid UTF-8 must be refused with a Status (never a crash); valid UTF-8 must
-// encode under every pattern, decode back to the same bytes, give the same ids with the run
-// limits shrunk (so the split code paths run), and the two BPE strategies must agree.
+// encode under every pattern, decode back to the same bytes, equal the pieces of one
+// pre-tokenizer scan over each input span (the whole text for cl100k/o200k, each Kimi span for
+// K3: no other cutting), give spans that tile the input with the run limits shrunk (so the split
+// code paths run), and the two BPE strategies must agree. The seed corpus is committed in
+// tests/tokenizer/fuzz_corpus/ (fuzz.sh).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tokenizer/bpe.h"
+#include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -46,6 +51,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!ids.ok()) std::abort();
     auto back = tok->Decode(*ids);
     if (!back.ok() || *back != text) std::abort();
+    std::vector<Span> spans{{0, text.size()}};
+    if (tok->input_split() == InputSplit::kKimi) spans = KimiSplit(text);
+    std::vector<int32_t> scanned;
+    for (const Span& s : spans) {
+      const std::string_view span = std::string_view(text).substr(s.begin, s.end - s.begin);
+      const auto st = tok->pretokenizer().ForEachPiece(span, 0, [&](size_t b, size_t e) {
+        EncodePiece(span.substr(b, e - b), tok->vocab().ranks(), &scanned);
+        return true;
+      });
+      if (!st.ok()) std::abort();
+    }
+    if (scanned != *ids) std::abort();
   }
   const RankMap& ranks = (*Tokenizers())[0]->vocab().ranks();
   const std::string piece = text.substr(0, kLinearBpeMax);

@@ -1,6 +1,7 @@
 // Tests of the tokenizer core (src/tokenizer): ids on the golden tiny vocabulary (expected values
 // produced by npm tiktoken, the oracle), special tokens only when allowed, the Kimi splitting
-// rule, the pre-tokenizer's pieces on the pattern's edge cases, BPE strategies agreeing, the
+// rule (K3 only: tiktoken's encodings keep 25,000+ whitespace runs whole), the pre-tokenizer's
+// pieces on the pattern's edge cases, BPE strategies agreeing, the
 // parallel path matching the sequential one, decoding, the streaming UTF-8 decoder, and every
 // bad-input case (malformed rank files, special ids outside the vocabulary, invalid UTF-8).
 #include "tokenizer/tokenizer.h"
@@ -8,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -163,6 +165,105 @@ TEST(KimiSplitTest, MatchesThePythonRule) {
   const auto big = KimiSplit(std::string(25001, 'x'));
   ASSERT_EQ(big.size(), 2u);
   EXPECT_EQ(big[0].end, 25000u);
+}
+
+// ---- long whitespace: the Kimi split belongs to K3 only ----
+
+// The 256 single bytes, then runs of 2, 4, ..., 128 spaces and " a": like cl100k_base, long space
+// runs merge into a few long tokens, so where a run is cut changes the ids.
+const Vocab& SpaceRunVocab() {
+  static const Vocab* vocab = [] {
+    static const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    auto b64 = [](const std::string& bytes) {
+      std::string out;
+      for (size_t i = 0; i < bytes.size(); i += 3) {
+        uint32_t v = static_cast<unsigned char>(bytes[i]) << 16;
+        if (i + 1 < bytes.size()) v |= static_cast<unsigned char>(bytes[i + 1]) << 8;
+        if (i + 2 < bytes.size()) v |= static_cast<unsigned char>(bytes[i + 2]);
+        out += kB64[v >> 18];
+        out += kB64[(v >> 12) & 63];
+        out += i + 1 < bytes.size() ? kB64[(v >> 6) & 63] : '=';
+        out += i + 2 < bytes.size() ? kB64[v & 63] : '=';
+      }
+      return out;
+    };
+    std::string file;
+    int rank = 0;
+    for (int b = 0; b < 256; ++b)
+      file += b64(std::string(1, static_cast<char>(b))) + " " + std::to_string(rank++) + "\n";
+    for (size_t n = 2; n <= 128; n *= 2)
+      file += b64(std::string(n, ' ')) + " " + std::to_string(rank++) + "\n";
+    file += b64(" a") + " " + std::to_string(rank++) + "\n";
+    auto v = Vocab::FromTiktoken(file, "space-runs");
+    EXPECT_TRUE(v.ok()) << v.status().message();
+    return new Vocab(std::move(*v));
+  }();
+  return *vocab;
+}
+
+std::unique_ptr<Tokenizer> SpaceRunTokenizer(PatternKind kind) {
+  auto t = Tokenizer::Create(SpaceRunVocab(), kind);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+std::vector<int32_t> Bpe(const Tokenizer& tok, const std::string& piece) {
+  std::vector<int32_t> out;
+  EncodePiece(piece, tok.vocab().ranks(), &out);
+  return out;
+}
+
+// The case an outside check found: 25,000+ spaces before a letter gave other ids than npm
+// tiktoken for cl100k_base and o200k_base, because the Kimi 25,000-character cut (K3's
+// tokenization_kimi.py) was applied to every encoding. tiktoken pre-tokenizes the whole text: the
+// run minus its last space is one piece, the last space joins the letter.
+TEST(LongWhitespaceTest, TiktokenEncodingsKeepTheRunWhole) {
+  for (PatternKind kind : {PatternKind::kCl100k, PatternKind::kO200k}) {
+    const auto tok = SpaceRunTokenizer(kind);
+    ASSERT_NE(tok, nullptr);
+    EXPECT_EQ(tok->input_split(), InputSplit::kNone);
+    for (size_t n : {size_t{24999}, size_t{25000}, size_t{25001}, size_t{25002}, size_t{25065},
+                     size_t{50001}, size_t{400001}}) {
+      const std::string text = std::string(n, ' ') + "a";
+      std::vector<int32_t> want = Bpe(*tok, std::string(n - 1, ' '));
+      want.push_back(static_cast<int32_t>(tok->vocab().ranks().Find(" a")));
+      for (int threads : {1, 4}) {
+        EncodeOptions options;
+        options.threads = threads;
+        auto ids = tok->Encode(text, options);
+        ASSERT_TRUE(ids.ok()) << ids.status().message();
+        EXPECT_EQ(*ids, want) << "n=" << n << " threads=" << threads;
+      }
+    }
+    // The old behaviour, for contrast, so this test is known to catch it: 25,064 spaces as one
+    // piece end in 128-space tokens, then 64, 32, 8; cut at 25,000 they end in 32, 8, then 64.
+    auto cut = Tokenizer::Create(SpaceRunVocab(), kind, InputSplit::kKimi);
+    ASSERT_TRUE(cut.ok());
+    const std::string text = std::string(25065, ' ') + "a";
+    EXPECT_NE(*(*cut)->Encode(text), *tok->Encode(text));
+  }
+}
+
+// K3 keeps the Kimi rule: the ids are those of each Kimi span encoded on its own.
+TEST(LongWhitespaceTest, K3EncodesEachKimiSpanSeparately) {
+  const auto tok = SpaceRunTokenizer(PatternKind::kK3);
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(tok->input_split(), InputSplit::kKimi);
+  auto whole = Tokenizer::Create(SpaceRunVocab(), PatternKind::kK3, InputSplit::kNone);
+  ASSERT_TRUE(whole.ok());
+  for (size_t n : {size_t{25000}, size_t{25065}, size_t{60001}}) {
+    const std::string text = "x" + std::string(n, ' ') + "a";
+    std::vector<int32_t> want;
+    for (const Span& s : KimiSplit(text)) {
+      auto part = (*whole)->Encode(text.substr(s.begin, s.end - s.begin));
+      ASSERT_TRUE(part.ok());
+      want.insert(want.end(), part->begin(), part->end());
+    }
+    EXPECT_EQ(*tok->Encode(text), want) << n;
+    if (n == 25065) {  // the cut matters here (see above)
+      EXPECT_NE(want, *(*whole)->Encode(text));
+    }
+  }
 }
 
 std::string RandomText(std::mt19937* rng, size_t n) {

@@ -1,13 +1,17 @@
 // Oracle side of the tokenizer tests: OpenAI's tiktoken (npm `tiktoken`, the Rust library built
-// to WASM) with the same vocabulary, pattern and Kimi splitting rule as deltafin.
+// to WASM) with the same vocabulary, pattern and (for K3) Kimi splitting rule as deltafin.
 //
 //   node oracle.cjs extract OUT_DIR
-//       writes cl100k_base.tiktoken and o200k_base.tiktoken from the ranks the package ships
+//       writes cl100k_base.tiktoken and o200k_base.tiktoken from the ranks the package ships, and
+//       their special tokens as {"spelling": id} (cl100k_base.specials.json, o200k_base...)
 //   node oracle.cjs compare VOCAB PATTERN CORPUS OURS [--jsonl] [--special-config FILE] [--allow-special]
 //       VOCAB: cl100k_base | o200k_base (package ranks) or a tiktoken.model path;
 //       PATTERN: k3 | cl100k | o200k; OURS: deltafin's output for CORPUS. Exit 1 on any mismatch.
 //   node oracle.cjs bench VOCAB PATTERN CORPUS [REPEAT]
 //       single-threaded encode throughput in MB/s (printed as JSON)
+// The K3 pattern gets the Kimi splitting rule (tokenization_kimi.py); cl100k and o200k are
+// tiktoken's own encodings, which encode the whole text at once. difffuzz.cjs requires this file
+// for makeEncoder, encode and the rank extraction.
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -38,7 +42,9 @@ function packageRanksToTiktoken(name) {
 
 function makeEncoder(vocab, pattern, specialConfig) {
   const ranks = vocab.endsWith("_base") ? packageRanksToTiktoken(vocab) : fs.readFileSync(vocab, "utf8");
-  const specials = {};
+  // The package's encodings come with their special tokens (cl100k_base: <|endoftext|>, the FIM
+  // tokens, <|endofprompt|>); a rank file gets only what a K3 config gives it.
+  const specials = vocab.endsWith("_base") ? { ...require(`tiktoken/encoders/${vocab}.json`).special_tokens } : {};
   if (specialConfig) {  // K3 layout: 256 reserved ids after the ranks, config overrides
     const n = ranks.split("\n").filter((l) => l.length > 0).length;
     for (let id = n; id < n + 256; ++id) specials[`<|reserved_token_${id}|>`] = id;
@@ -81,9 +87,9 @@ function kimiSplit(text) {
   return out;
 }
 
-function encode(enc, text, allowSpecial) {
+function encode(enc, text, allowSpecial, pattern) {
   const ids = [];
-  for (const part of kimiSplit(text)) {
+  for (const part of pattern === "k3" ? kimiSplit(text) : [text]) {
     const r = allowSpecial ? enc.encode(part, "all") : enc.encode_ordinary(part);
     for (const id of r) ids.push(id);
   }
@@ -95,6 +101,8 @@ function main() {
   if (cmd === "extract") {
     for (const name of ["cl100k_base", "o200k_base"]) {
       fs.writeFileSync(path.join(args[0], `${name}.tiktoken`), packageRanksToTiktoken(name));
+      fs.writeFileSync(path.join(args[0], `${name}.specials.json`),
+        JSON.stringify(require(`tiktoken/encoders/${name}.json`).special_tokens));
     }
     return 0;
   }
@@ -105,10 +113,10 @@ function main() {
   const corpus = fs.readFileSync(corpusPath, "utf8");
   if (cmd === "bench") {
     const repeat = Number(args[3] || 3);
-    encode(enc, corpus, false);  // warm-up
+    encode(enc, corpus, false, pattern);  // warm-up
     const t0 = process.hrtime.bigint();
     let n = 0;
-    for (let r = 0; r < repeat; ++r) n += encode(enc, corpus, false).length;
+    for (let r = 0; r < repeat; ++r) n += encode(enc, corpus, false, pattern).length;
     const s = Number(process.hrtime.bigint() - t0) / 1e9;
     const mb = Buffer.byteLength(corpus) * repeat / 1e6;
     console.log(JSON.stringify({ engine: "npm tiktoken", vocab: path.basename(vocab), pattern,
@@ -125,7 +133,7 @@ function main() {
   }
   let total = 0;
   for (let d = 0; d < docs.length; ++d) {
-    const want = encode(enc, docs[d], flag("--allow-special"));
+    const want = encode(enc, docs[d], flag("--allow-special"), pattern);
     const got = ours[d];
     total += want.length;
     const n = Math.min(want.length, got.length);
@@ -149,4 +157,5 @@ function main() {
   return 0;
 }
 
-process.exitCode = main();
+module.exports = { PATTERNS, makeEncoder, kimiSplit, encode, packageRanksToTiktoken };
+if (require.main === module) process.exitCode = main();
