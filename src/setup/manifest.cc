@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/mapped_file.h"
+#include "setup/crash_point.h"
 
 namespace deltafin::setup {
 
@@ -51,6 +52,7 @@ Status WriteFileDurably(const std::string& path, const void* data, size_t size, 
     ::unlink(tmp.c_str());
     return Status::Error(tmp + ": fsync failed: " + std::strerror(errno));
   }
+  CrashPoint("durable-before-rename", path);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
     return Status::Error(path + ": cannot rename into place: " + std::strerror(errno));
