@@ -30,6 +30,16 @@ std::string Trim(const std::string& s) {
 
 }  // namespace
 
+double ParseRetryAfter(const std::string& value) {
+  if (value.empty()) return -1;
+  if (value.find_first_not_of("0123456789") == std::string::npos) {
+    return static_cast<double>(std::strtoull(value.c_str(), nullptr, 10));
+  }
+  const time_t when = curl_getdate(value.c_str(), nullptr);
+  if (when < 0) return -1;
+  return std::max(0.0, std::difftime(when, std::time(nullptr)));
+}
+
 std::string AuthHelp() {
   return "the endpoint needs a Hugging Face access token that can read this repository: set "
          "HF_TOKEN=hf_..., or pass --token hf_..., or save it in $HF_HOME/token "
@@ -217,17 +227,6 @@ std::string StatusText(long status) {
     default:
       return std::to_string(status);
   }
-}
-
-// Retry-After: delta-seconds or an HTTP-date (RFC 9110 §10.2.3); -1 when absent or unreadable.
-double ParseRetryAfter(const std::string& value) {
-  if (value.empty()) return -1;
-  if (value.find_first_not_of("0123456789") == std::string::npos) {
-    return static_cast<double>(std::strtoull(value.c_str(), nullptr, 10));
-  }
-  const time_t when = curl_getdate(value.c_str(), nullptr);
-  if (when < 0) return -1;
-  return std::max(0.0, std::difftime(when, std::time(nullptr)));
 }
 
 // libcurl errors that mean no connection to the host was ever made.

@@ -107,6 +107,10 @@ class HttpClient {
   std::condition_variable cv_;
 };
 
+// A Retry-After value in seconds from now: delta-seconds or an HTTP-date (RFC 9110 §10.2.3);
+// -1 when empty or unreadable.
+double ParseRetryAfter(const std::string& value);
+
 // "HTTP 401 from URL" explanations shared by the client and the installer.
 std::string AuthHelp();
 

@@ -100,11 +100,6 @@ Status InstallSparseShard(net::HttpClient& client, const std::string& url, const
   return Status::Ok();
 }
 
-struct Plan {
-  Manifest manifest;
-  std::map<std::string, ShardLayout> layouts;  // stream: headers of shards with experts
-};
-
 // Runs `work(i)` for i in [0, n) on up to `jobs` threads; returns the first error.
 Status Parallel(size_t n, int jobs, const std::function<Status(size_t)>& work) {
   std::atomic<size_t> next{0};

@@ -124,4 +124,11 @@ ManifestFile* Manifest::Find(const std::string& path) {
   return nullptr;
 }
 
+const ManifestFile* Manifest::Find(const std::string& path) const {
+  for (const auto& f : files) {
+    if (f.path == path) return &f;
+  }
+  return nullptr;
+}
+
 }  // namespace deltafin::setup

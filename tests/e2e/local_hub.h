@@ -115,7 +115,8 @@ class SetupTest : public ::testing::Test {
     std::ofstream((*info_)["rules"].get<std::string>() + ".tmp") << rules.dump();
     fs::rename((*info_)["rules"].get<std::string>() + ".tmp", (*info_)["rules"].get<std::string>());
   }
-  // Shard bodies at 3 MB/s per request, so that a setup run lasts long enough to be interrupted.
+  // Shard bodies at 3 MB/s per request (nginx limit_rate, which sends the first second's worth at
+  // once), so that a setup run lasts long enough to be interrupted.
   static void ThrottleShards() {
     SetRules({{{"id", "slow"},
                {"port", "cdn"},

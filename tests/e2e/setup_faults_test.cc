@@ -163,7 +163,8 @@ TEST_F(SetupFaultsTest, FullInstallSurvivesKillNineAtEightPoints) {
   EXPECT_FALSE(fs::exists(m / kSpine));
   refused("a kill between the spine's fdatasync and its rename");
 
-  ThrottleShards();
+  // Expert shards (1.25 MB) at 500 KB/s: nginx sends the first 500 KB at once, the rest over 1.5 s.
+  Throttle(".safetensors", 500000);
   auto expert_shard_midway = [&] {
     int done = 0;
     bool midway = false;
@@ -171,7 +172,7 @@ TEST_F(SetupFaultsTest, FullInstallSurvivesKillNineAtEightPoints) {
       char name[64];
       std::snprintf(name, sizeof(name), "model-%05d-of-000009.safetensors", i);
       done += fs::exists(m / name);
-      midway |= SizeOr0(m / (std::string(name) + ".partial")) >= 300000;
+      midway |= SizeOr0(m / (std::string(name) + ".partial")) >= 600000;
     }
     return done >= 1 && midway;
   };
@@ -193,41 +194,63 @@ TEST_F(SetupFaultsTest, FullInstallSurvivesKillNineAtEightPoints) {
   ExpectOutcome(m, Outcome::kExact, "the resumed full install");
 }
 
-// Eight kill points over a stream install and its use: during the shard-header phase, 1 MB into
-// the spine shard, before and after a sparse shard's rename; then, on the finished install, while
-// a decode's expert fetch is in flight (throttled), between an expert's pwrite and its log record;
-// then during fetch-experts-all (an expert stored but not logged; a manifest write). After each:
-// refused while unfinished, the exact logits once finished; at the end a full install, exact.
+// Eight kill points over a stream install and its use: during the shard-header phase, before and
+// after a sparse shard's rename, inside the spine shard (throttled); then, on the finished install,
+// while a decode's expert fetch is in flight (throttled), between an expert's pwrite and its log
+// record; then during fetch-experts-all (an expert stored but not logged; a manifest write). After
+// each: refused while unfinished, the exact logits once finished; at the end a full install, exact.
 TEST_F(SetupFaultsTest, StreamInstallDecodeAndUpgradeSurviveKillNineAtEightPoints) {
   const fs::path s = dir_ / "s";
   const std::string args = SetupArgs("--stream", s);
   auto refused = [&](const std::string& after) { ExpectOutcome(s, Outcome::kRefused, after); };
   auto exact = [&](const std::string& after) { ExpectOutcome(s, Outcome::kExact, after); };
+  // The spine shard (whole, verified) is throttled throughout, so the sparse shards (just their
+  // headers: the tiny model's expert shards hold only experts) are renamed while it downloads.
+  ThrottleShards();
   CrashAt(args, "header-fetched:model-00005");
   refused("a kill while fetching shard headers");
-  ThrottleShards();
-  KillWhen(
-      args, [&] { return SizeOr0(s / (std::string(kSpine) + ".partial")) >= 1000000; },
-      "1 MB into the spine shard");
-  refused("a kill 1 MB into the spine shard of a stream install");
-  SetRules(nlohmann::json::array());
   CrashAt(args, "before-rename:model-00004-of-000009");
   refused("a kill before a sparse shard's rename");
   CrashAt(args, "after-rename:model-00006-of-000009");
   refused("a kill after a sparse shard's rename");
+  const fs::path spine_partial = s / (std::string(kSpine) + ".partial");
+  const uint64_t spine_before = SizeOr0(spine_partial);
+  KillWhen(
+      args, [&] { return SizeOr0(spine_partial) >= spine_before + 1000000; },
+      "1 MB further into the spine shard");
+  EXPECT_LT(SizeOr0(spine_partial), SizeOr0(Model() / kSpine));
+  refused("a kill inside the spine shard of a stream install");
+  SetRules(nlohmann::json::array());
   auto run = Deltafin(args);
   ASSERT_EQ(run.exit_code, 0) << run.output;
 
-  // Decode: every expert comes from the CDN at 40 KB/s (an expert is 19,584 bytes), so the kill
-  // lands while the fetches of the layer after the first one recorded are in flight.
+  // Decode: every expert comes from the CDN at 8 KB/s (an expert is 19,584 bytes; nginx sends the
+  // first second's worth at once), so each takes over a second and the kill lands while the
+  // fetches of the layer after the first one recorded are in flight.
   const std::string logits = "logits --model " + ShellQuote(s.string()) + " --tokens " + kPrompt +
                              " --out " + ShellQuote((dir_ / "killed.f32").string());
-  Throttle("model-0000", 40000);
+  Throttle("model-0000", 8000);
   KillWhen(
       logits, [&] { return SizeOr0(s / ".deltafin/experts.log") >= 16; },
       "an expert fetch in flight during decode");
   const uint64_t logged = SizeOr0(s / ".deltafin/experts.log");
   EXPECT_GT(logged, 0u);
+  // The proxy saw an expert's response cut off by the kill (it logs it once its next write
+  // fails): the kill landed while bytes were on the wire.
+  auto cut_expert = [&] {
+    for (const auto& r : ProxyLog()) {
+      if (r["port"] == "cdn" && r["range"].get<std::string>().rfind("bytes=", 0) == 0 &&
+          r["sent"].get<uint64_t>() < 19584) {
+        return true;
+      }
+    }
+    return false;
+  };
+  const auto cut_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!cut_expert() && std::chrono::steady_clock::now() < cut_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(cut_expert()) << "no expert transfer was in flight at the kill";
   SetRules(nlohmann::json::array());
   CrashAt(logits, "expert-stored#3");
   EXPECT_EQ(SizeOr0(s / ".deltafin/experts.log"), logged) << "experts were logged before the kill";
@@ -265,11 +288,13 @@ TEST_F(SetupFaultsTest, CorruptByteIsFetchedAgainOnceThenAClearErrorAndNeverUsed
   EXPECT_NE(run.output.find("failed its check twice"), std::string::npos) << run.output;
   EXPECT_FALSE(fs::exists(m / shard));
   EXPECT_FALSE(fs::exists(m / (shard + ".partial")));
-  // Exactly two whole-file downloads of that shard (after its header's two small reads).
+  // Exactly two whole-file downloads of that shard from the CDN (besides its header's two small
+  // reads).
   const auto log = ProxyLog();
   int whole = 0;
   for (size_t i = before; i < log.size(); ++i) {
-    whole += log[i]["path"].get<std::string>().find(shard) != std::string::npos &&
+    whole += log[i]["port"] == "cdn" &&
+             log[i]["path"].get<std::string>().find(shard) != std::string::npos &&
              log[i]["range"] == "bytes=0-" + std::to_string(SizeOr0(Model() / shard) - 1);
   }
   EXPECT_EQ(whole, 2);
