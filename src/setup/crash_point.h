@@ -7,7 +7,7 @@
 //   NAME[:SUBSTRING][#N]
 // the process sends itself SIGKILL at the N-th (default first) time it reaches point NAME with a
 // subject containing SUBSTRING: no destructor, buffer flush or atexit handler runs, exactly as with
-// an outside `kill -9`. Unset (the normal case), a call is one relaxed load of a cached flag. The
+// an outside `kill -9`. Unset (the normal case), a call only reads a flag cached at first use. The
 // points are listed in docs/RELIABILITY.md; tests/e2e/setup_faults_test.cc uses them.
 #pragma once
 

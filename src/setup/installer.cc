@@ -124,8 +124,9 @@ Status Parallel(size_t n, int jobs, const std::function<Status(size_t)>& work) {
 }
 
 // The directories setup created for this run (the install folder, missing parents, .deltafin),
-// so that a run that fails before planning can leave the disk as it found it. Only directories
-// that are still empty are removed (rmdir semantics), so nothing a user put there is touched.
+// so that a run that fails before its plan is saved can leave the disk as it found it. Only
+// directories that are still empty are removed (rmdir semantics), so nothing a user put there is
+// touched.
 class CreatedDirs {
  public:
   // Creates `dir` and its missing parents, remembering which of them did not exist.
@@ -137,8 +138,8 @@ class CreatedDirs {
       if (p == p.parent_path()) break;
     }
     fs::create_directories(dir, ec);
-    if (ec) return Status::Error(dir.string() + ": cannot create: " + ec.message());
     created_.insert(created_.end(), missing.begin(), missing.end());  // deepest first
+    if (ec) return Status::Error(dir.string() + ": cannot create: " + ec.message());
     return Status::Ok();
   }
   // Removes the created directories that are empty, deepest first.
