@@ -1,7 +1,8 @@
 // End-to-end tests of `deltafin setup`, stream installs and `fetch-experts-all` against real HTTP
 // servers on 127.0.0.1 (tests/e2e/hub_fixture.py: nginx serving a generated tiny model as a hub
 // repository, LFS files redirected to a second "CDN" server, a fault-injecting proxy in front of
-// both). No test reaches the internet.
+// both; fixture and helpers in e2e/local_hub.h). No test reaches the internet. The fault campaign
+// (kill -9 points, corruption, full disk, 429/5xx, unreachable endpoint) is setup_faults_test.cc.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
