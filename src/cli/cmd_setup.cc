@@ -23,7 +23,9 @@ Endpoint and auth: HF_ENDPOINT (default https://huggingface.co); the token is th
 --token, HF_TOKEN, $HF_TOKEN_PATH, $HF_HOME/token, ~/.cache/huggingface/token. The resolved commit
 is recorded in DIR/.deltafin/manifest.json and every later fetch asks for that commit.
 
-Interrupted runs resume: rerun the same command. A finished install makes it a no-op.)";
+Interrupted runs resume: rerun the same command (also after kill -9 or a full disk). A finished
+install makes it a no-op. An endpoint that cannot be reached fails at once and leaves no folder
+behind that setup created.)";
 
 }  // namespace
 
@@ -44,6 +46,11 @@ void RegisterSetup(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--connections", o->max_connections, "HTTP connections at most")
       ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--retries", o->max_attempts,
+                  "Attempts per HTTP request before giving up (429/5xx/broken transfers; waits "
+                  "0.5 s doubling, or the server's Retry-After)")
+      ->check(CLI::Range(1, 20))
       ->capture_default_str();
   cmd->add_flag("--skip-space-check", o->skip_space_check,
                 "Download even when the free disk looks too small");

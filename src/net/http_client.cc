@@ -5,8 +5,12 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
+#include <ctime>
 #include <mutex>
 #include <thread>
+
+#include "base/log.h"
 
 namespace deltafin::net {
 
@@ -25,6 +29,16 @@ std::string Trim(const std::string& s) {
 }
 
 }  // namespace
+
+double ParseRetryAfter(const std::string& value) {
+  if (value.empty()) return -1;
+  if (value.find_first_not_of("0123456789") == std::string::npos) {
+    return static_cast<double>(std::strtoull(value.c_str(), nullptr, 10));
+  }
+  const time_t when = curl_getdate(value.c_str(), nullptr);
+  if (when < 0) return -1;
+  return std::max(0.0, std::difftime(when, std::time(nullptr)));
+}
 
 std::string AuthHelp() {
   return "the endpoint needs a Hugging Face access token that can read this repository: set "
@@ -46,7 +60,7 @@ namespace {
 struct Attempt {
   CURL* curl = nullptr;
   long status = 0;  // known from the first body byte on
-  std::string etag, content_range;
+  std::string etag, content_range, retry_after;
   uint64_t content_length = 0;
   uint64_t range_start = 0;  // first byte of the resource this request asked for
   uint64_t skip = 0;         // bytes to drop (a server that answered 200 to a Range request)
@@ -138,6 +152,7 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
   if (line.rfind("HTTP/", 0) == 0) {  // a new response (after 1xx or a redirect): start over
     a->etag.clear();
     a->content_range.clear();
+    a->retry_after.clear();
     a->content_length = 0;
     return size * n;
   }
@@ -147,6 +162,7 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
   const std::string value = Trim(line.substr(colon + 1));
   if (name == "etag") a->etag = value;
   if (name == "content-range") a->content_range = value;
+  if (name == "retry-after") a->retry_after = value;
   if (name == "content-length") a->content_length = std::strtoull(value.c_str(), nullptr, 10);
   return size * n;
 }
@@ -213,7 +229,50 @@ std::string StatusText(long status) {
   }
 }
 
+// libcurl errors that mean no connection to the host was ever made.
+bool NeverConnected(CURLcode rc, CURL* c) {
+  if (rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY ||
+      rc == CURLE_COULDNT_CONNECT) {
+    return true;
+  }
+  curl_off_t connect_us = 0;
+  curl_easy_getinfo(c, CURLINFO_CONNECT_TIME_T, &connect_us);
+  return rc == CURLE_OPERATION_TIMEDOUT && connect_us == 0;
+}
+
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  return buf;
+}
+
 }  // namespace
+
+bool HttpClient::HasAnswered(const std::string& origin) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::find(answered_origins_.begin(), answered_origins_.end(), origin) !=
+         answered_origins_.end();
+}
+
+void HttpClient::MarkAnswered(const std::string& origin) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (std::find(answered_origins_.begin(), answered_origins_.end(), origin) ==
+      answered_origins_.end()) {
+    answered_origins_.push_back(origin);
+  }
+}
+
+Result<double> HttpClient::RetryDelay(const Status& s, int failures, const HttpResponse& r) const {
+  double backoff = options_.backoff_seconds;
+  for (int i = 1; i < failures; ++i) backoff = std::min(backoff * 2, 16.0);
+  if (r.retry_after_seconds > kMaxRetryAfterSeconds) {
+    return Status::Error(s.message() + "; the server asks to wait " +
+                         Seconds(r.retry_after_seconds) +
+                         " before retrying (Retry-After), longer than deltafin waits (" +
+                         Seconds(kMaxRetryAfterSeconds) + "): run the same command again later");
+  }
+  return std::max(backoff, r.retry_after_seconds);
+}
 
 Status HttpClient::Perform(Handle* h, const std::string& url0, uint64_t begin, uint64_t length,
                            const BodySink* sink, std::string* text, uint64_t* delivered,
@@ -278,9 +337,16 @@ Status HttpClient::Perform(Handle* h, const std::string& url0, uint64_t begin, u
                            ", expected " + expect + "); start it again");
     }
     if (rc != CURLE_OK) {
+      const std::string origin = Origin(url);
+      if (NeverConnected(rc, c) && !HasAnswered(origin)) {
+        // First contact failed: a wrong endpoint or no network, which retrying does not fix.
+        return Status::Error(where + ": cannot reach " + origin + " (" + curl_easy_strerror(rc) +
+                             "); check HF_ENDPOINT, the network and any proxy settings");
+      }
       *retryable = true;
       return Status::Error(where + ": " + curl_easy_strerror(rc));
     }
+    MarkAnswered(Origin(url));
     if (code >= 300 && code < 400) {
       char* location = nullptr;
       curl_easy_getinfo(c, CURLINFO_REDIRECT_URL, &location);
@@ -313,6 +379,7 @@ Status HttpClient::Perform(Handle* h, const std::string& url0, uint64_t begin, u
       msg += " — the repository, revision or file does not exist at this endpoint";
     } else if (code == 429 || code >= 500) {
       *retryable = true;
+      if (response != nullptr) response->retry_after_seconds = ParseRetryAfter(a.retry_after);
     }
     return Status::Error(msg);
   }
@@ -323,21 +390,26 @@ Status HttpClient::GetText(const std::string& url, std::string* body, HttpRespon
   HttpResponse local;
   HttpResponse* r = response != nullptr ? response : &local;
   r->etag.clear();
-  double delay = options_.backoff_seconds;
+  const auto start = std::chrono::steady_clock::now();
   for (int attempt = 1;; ++attempt) {
     body->clear();
     uint64_t delivered = 0;
     bool retryable = false;
+    r->retry_after_seconds = -1;
     auto h = Acquire();
     Status s = Perform(h.get(), url, 0, 0, nullptr, body, &delivered, r, nullptr, &retryable);
     Release(std::move(h));
-    if (s.ok() || !retryable || attempt >= options_.max_attempts) {
-      return attempt > 1 && !s.ok()
-                 ? s.WithContext("after " + std::to_string(attempt) + " attempts")
-                 : s;
+    if (s.ok() || !retryable) return s;
+    if (attempt >= options_.max_attempts) {
+      const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
+      return s.WithContext("giving up after " + std::to_string(attempt) + " attempts over " +
+                           Seconds(spent.count()));
     }
-    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-    delay = std::min(delay * 2, 16.0);
+    auto delay = RetryDelay(s, attempt, *r);
+    if (!delay.ok()) return delay.status();
+    LogInfo("warning: " + s.message() + "; retrying in " + Seconds(*delay) + " (attempt " +
+            std::to_string(attempt + 1) + " of " + std::to_string(options_.max_attempts) + ")");
+    std::this_thread::sleep_for(std::chrono::duration<double>(*delay));
   }
 }
 
@@ -348,11 +420,12 @@ Status HttpClient::GetRange(const std::string& url, uint64_t begin, uint64_t len
   HttpResponse* r = response != nullptr ? response : &local;
   r->etag = expect_etag;
   uint64_t delivered = 0;
-  double delay = options_.backoff_seconds;
   int failures = 0, total_failures = 0;
+  const auto start = std::chrono::steady_clock::now();
   for (;;) {
     const uint64_t before = delivered;
     bool retryable = false;
+    r->retry_after_seconds = -1;
     auto h = Acquire();
     Status s = Perform(h.get(), url, begin, length, &sink, nullptr, &delivered, r,
                        progress ? &progress : nullptr, &retryable);
@@ -367,15 +440,18 @@ Status HttpClient::GetRange(const std::string& url, uint64_t begin, uint64_t len
       retryable = true;
     }
     if (!retryable) return s;
-    if (delivered > before) failures = 0, delay = options_.backoff_seconds;
+    if (delivered > before) failures = 0;  // progress: the backoff starts over
     ++failures;
     ++total_failures;
     if (failures >= options_.max_attempts || total_failures >= 8 * options_.max_attempts) {
+      const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
       return s.WithContext("giving up after " + std::to_string(total_failures) +
-                           " failed attempts");
+                           " failed attempts over " + Seconds(spent.count()));
     }
-    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-    delay = std::min(delay * 2, 16.0);
+    auto delay = RetryDelay(s, failures, *r);
+    if (!delay.ok()) return delay.status();
+    LogInfo("warning: " + s.message() + "; retrying in " + Seconds(*delay));
+    std::this_thread::sleep_for(std::chrono::duration<double>(*delay));
   }
 }
 

@@ -8,6 +8,11 @@
 // - Ranged GETs stream the body to a sink (a file at an offset, a buffer); a transfer that breaks
 //   off is retried with backoff from the first byte not yet delivered (Range: bytes=N-M), and the
 //   ETag of the first response must not change between attempts (the file changed under us).
+// - 429 and 5xx are retried after the exponential backoff or the response's Retry-After, whichever
+//   is longer (a Retry-After beyond kMaxRetryAfterSeconds is an error at once: rerun later).
+// - An origin that has never answered and cannot be connected to (name not resolved, connection
+//   refused, connect timeout) fails at once: a wrong HF_ENDPOINT or no network is one clear error,
+//   not a minute of retries. Once an origin has answered, losing it is retried like any break.
 // - Errors name the URL, the HTTP status or the libcurl error, and for 401/403 say how to
 //   provide a token.
 #pragma once
@@ -30,18 +35,22 @@ struct HttpOptions {
   int max_connections = 8;
   int max_attempts = 6;          // per request, counting the first
   double backoff_seconds = 0.5;  // first retry delay; doubles per retry (capped at 16 s)
-  long connect_timeout_seconds = 20;
+  long connect_timeout_seconds = 10;
   long low_speed_seconds = 60;  // abort a transfer slower than 1 KB/s for this long
 };
 
 struct HttpResponse {
   long status = 0;
-  std::string etag;             // of the final (post-redirect) response, quotes kept
-  std::string final_url;        // after redirects
-  uint64_t content_length = 0;  // of this response's body; 0 when absent
-  uint64_t total_size = 0;      // from Content-Range ".../TOTAL" of a 206; else content_length
-  bool etag_changed = false;    // GetRange failed because the ETag differed from the expected
+  std::string etag;                 // of the final (post-redirect) response, quotes kept
+  std::string final_url;            // after redirects
+  uint64_t content_length = 0;      // of this response's body; 0 when absent
+  uint64_t total_size = 0;          // from Content-Range ".../TOTAL" of a 206; else content_length
+  bool etag_changed = false;        // GetRange failed because the ETag differed from the expected
+  double retry_after_seconds = -1;  // Retry-After of the last 429/5xx (delta-seconds); -1: none
 };
+
+// The longest Retry-After a request waits for; a server asking for more gets an error saying so.
+inline constexpr double kMaxRetryAfterSeconds = 300;
 
 // Receives the body of a ranged GET in order: (bytes, count) at body position `offset` relative
 // to the requested range start. Returning an error aborts the transfer without retry.
@@ -83,14 +92,24 @@ class HttpClient {
   Status Perform(Handle* h, const std::string& url, uint64_t begin, uint64_t length,
                  const BodySink* sink, std::string* text, uint64_t* delivered,
                  HttpResponse* response, const ProgressFn* progress, bool* retryable);
+  // How long to wait before retry number `failures` (1-based) after error `s`; an error instead
+  // when the server's Retry-After is longer than kMaxRetryAfterSeconds.
+  Result<double> RetryDelay(const Status& s, int failures, const HttpResponse& r) const;
+  bool HasAnswered(const std::string& origin);
+  void MarkAnswered(const std::string& origin);
 
   HttpOptions options_;
   std::string endpoint_origin_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Handle>> idle_;
+  std::vector<std::string> answered_origins_;  // origins that sent an HTTP response
   int outstanding_ = 0;
   std::condition_variable cv_;
 };
+
+// A Retry-After value in seconds from now: delta-seconds or an HTTP-date (RFC 9110 §10.2.3);
+// -1 when empty or unreadable.
+double ParseRetryAfter(const std::string& value);
 
 // "HTTP 401 from URL" explanations shared by the client and the installer.
 std::string AuthHelp();

@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "base/log.h"
+#include "setup/crash_point.h"
 #include "setup/hash.h"
 #include "setup/manifest.h"
 
@@ -62,12 +63,13 @@ std::string ReadSmall(const std::string& path) {
   return s;
 }
 
+// Why an attempt's partial bytes were discarded, so that one more attempt from byte 0 makes sense.
+enum class StartOver { kNo, kEtagChanged, kDigestMismatch };
+
 // One attempt: resume or start the partial file, fetch the rest, hash it, compare.
-// *start_over is set when the partial bytes were discarded (they hash to the wrong value, or the
-// remote file's ETag is not the one they came with), so one more attempt from byte 0 makes sense.
 Status FetchAndVerify(net::HttpClient& client, const DownloadTarget& t, Progress* progress,
-                      bool* start_over) {
-  *start_over = false;
+                      StartOver* start_over) {
+  *start_over = StartOver::kNo;
   const std::string partial = t.dest + ".partial", etag_path = partial + ".etag";
   const int fd = ::open(partial.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return Status::Error(partial + ": cannot create: " + std::strerror(errno));
@@ -113,7 +115,7 @@ Status FetchAndVerify(net::HttpClient& client, const DownloadTarget& t, Progress
     });
     if (!s.ok() && response.etag_changed) {
       // The partial bytes belong to another version of the file: drop them.
-      *start_over = ::ftruncate(fd, 0) == 0;
+      if (::ftruncate(fd, 0) == 0) *start_over = StartOver::kEtagChanged;
       ::unlink(etag_path.c_str());
     }
   }
@@ -123,18 +125,21 @@ Status FetchAndVerify(net::HttpClient& client, const DownloadTarget& t, Progress
   const std::string digest = hasher.HexDigest();
   const std::string& want = use_sha ? t.sha256 : t.blob_id;
   if (!want.empty() && digest != want) {
-    *start_over = true;
+    // The corrupt bytes go at once: nothing a later run could resume from or trust.
+    *start_over = StartOver::kDigestMismatch;
     ::unlink(partial.c_str());
     ::unlink(etag_path.c_str());
     return Status::Error(t.dest + ": " + (use_sha ? "sha256" : "git blob sha1") +
                          " mismatch: got " + digest + ", the repository lists " + want + " (from " +
                          t.url + ")");
   }
+  CrashPoint("before-rename", t.dest);
   if (::rename(partial.c_str(), t.dest.c_str()) != 0) {
     return Status::Error(t.dest + ": cannot rename into place: " + std::strerror(errno));
   }
   ::unlink(etag_path.c_str());
   SyncDirectory(fs::path(t.dest).parent_path().string());
+  CrashPoint("after-rename", t.dest);
   return Status::Ok();
 }
 
@@ -147,11 +152,22 @@ Status DownloadFile(net::HttpClient& client, const DownloadTarget& t, Progress* 
   if (fs::is_regular_file(t.dest, ec) && fs::file_size(t.dest, ec) == t.size) return Status::Ok();
   fs::create_directories(fs::path(t.dest).parent_path(), ec);
   *fetched = true;
+  StartOver first = StartOver::kNo;
   for (int attempt = 1;; ++attempt) {
-    bool start_over = false;
+    StartOver start_over = StartOver::kNo;
     Status s = FetchAndVerify(client, t, progress, &start_over);
     if (s.ok()) return s;
-    if (!start_over || attempt >= 2) return s;
+    if (start_over == StartOver::kNo) return s;
+    if (attempt >= 2) {
+      if (first == StartOver::kDigestMismatch && start_over == StartOver::kDigestMismatch) {
+        return Status::Error(s.message() +
+                             "; the file failed its check twice, downloaded from byte 0 each "
+                             "time, so the server or something between it and this machine "
+                             "corrupts it; both copies were deleted");
+      }
+      return s;
+    }
+    first = start_over;
     LogInfo("warning: " + s.message() + "; discarded the partial copy, downloading it again");
   }
 }

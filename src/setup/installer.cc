@@ -9,13 +9,17 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "base/log.h"
 #include "net/hf_hub.h"
+#include "setup/crash_point.h"
 #include "setup/downloader.h"
 #include "setup/manifest.h"
 #include "setup/progress.h"
@@ -53,10 +57,8 @@ uint64_t PartialBytes(const std::string& dir, const std::string& path) {
   return fs::is_regular_file(p, ec) ? fs::file_size(p, ec) : 0;
 }
 
+// DIR/.deltafin exists; a file can be created in it.
 Status CheckWritable(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(StateDir(dir), ec);
-  if (ec) return Status::Error(dir + ": cannot create " + StateDir(dir) + ": " + ec.message());
   const std::string probe = (fs::path(StateDir(dir)) / "write-probe").string();
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status::Error(dir + ": not writable: " + std::strerror(errno));
@@ -89,17 +91,14 @@ Status InstallSparseShard(net::HttpClient& client, const std::string& url, const
   if (s.ok() && ::fdatasync(fd) != 0) s = WriteError(partial, errno, 0, layout.file_size);
   ::close(fd);
   if (!s.ok()) return s;
+  CrashPoint("before-rename", dest);
   if (::rename(partial.c_str(), dest.c_str()) != 0) {
     return Status::Error(dest + ": cannot rename into place: " + std::strerror(errno));
   }
   SyncDirectory(fs::path(dest).parent_path().string());
+  CrashPoint("after-rename", dest);
   return Status::Ok();
 }
-
-struct Plan {
-  Manifest manifest;
-  std::map<std::string, ShardLayout> layouts;  // stream: headers of shards with experts
-};
 
 // Runs `work(i)` for i in [0, n) on up to `jobs` threads; returns the first error.
 Status Parallel(size_t n, int jobs, const std::function<Status(size_t)>& work) {
@@ -124,82 +123,134 @@ Status Parallel(size_t n, int jobs, const std::function<Status(size_t)>& work) {
   return first;
 }
 
-}  // namespace
-
-Status RunSetup(const SetupOptions& o) {
-  const std::string& dir = o.model_dir;
-  DF_ASSIGN_OR_RETURN(std::optional<Manifest> existing, Manifest::Load(dir));
-  const std::string repo = !o.repo.empty() ? o.repo : existing ? existing->repo : net::kDefaultRepo;
-  const std::string revision = !o.revision.empty() ? o.revision
-                               : existing          ? existing->revision
-                                                   : net::kDefaultRevision;
-  DF_RETURN_IF_ERROR(net::CheckRepoId(repo));
-  DF_RETURN_IF_ERROR(net::CheckRevision(revision));
-  if (existing && (existing->repo != repo || existing->revision != revision)) {
-    return Status::Error(dir + " already holds " + existing->repo + " at " + existing->revision +
-                         "; choose another --model-dir for " + repo + " at " + revision);
-  }
-  // A finished install: nothing to do (no network), unless a stream install is asked to be full.
-  if (existing && existing->complete) {
-    bool all_there = true;
-    for (const auto& f : existing->files) all_there = all_there && InPlace(dir, f);
-    const bool upgrade = existing->mode == "stream" && o.mode == "full";
-    if (all_there && !upgrade) {
-      LogInfo("setup: " + dir + " already holds a complete " + existing->mode + " install of " +
-              repo + " at commit " + existing->commit + "; nothing to do");
-      return Status::Ok();
+// The directories setup created for this run (the install folder, missing parents, .deltafin),
+// so that a run that fails before its plan is saved can leave the disk as it found it. Only
+// directories that are still empty are removed (rmdir semantics), so nothing a user put there is
+// touched.
+class CreatedDirs {
+ public:
+  // Creates `dir` and its missing parents, remembering which of them did not exist.
+  Status Create(const fs::path& dir) {
+    std::vector<fs::path> missing;
+    std::error_code ec;
+    for (fs::path p = dir; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+      missing.push_back(p);
+      if (p == p.parent_path()) break;
     }
-    if (all_there && upgrade) return RunFetchExpertsAll(dir, o.token_flag, o.max_connections);
+    fs::create_directories(dir, ec);
+    created_.insert(created_.end(), missing.begin(), missing.end());  // deepest first
+    if (ec) return Status::Error(dir.string() + ": cannot create: " + ec.message());
+    return Status::Ok();
   }
-  if (existing && existing->mode == "stream" && o.mode == "full") {
-    return Status::Error(dir +
-                         ": the stream install is unfinished; finish it with `deltafin setup "
-                         "--stream` first, then upgrade with `deltafin fetch-experts-all`");
+  // Removes the created directories that are empty, deepest first.
+  void RemoveEmpty() {
+    for (const auto& p : created_) {
+      std::error_code ec;
+      fs::remove(p, ec);  // fails, harmlessly, on a directory that is not empty
+    }
+    created_.clear();
   }
 
-  // ---- preflight: writable, endpoint reachable, token accepted, file list, disk space ----
+ private:
+  std::vector<fs::path> created_;
+};
+
+// What the request and the endpoint say, before any byte of the model is written.
+struct Preflight {
+  std::optional<Manifest> existing;
+  std::string repo, revision;
+  net::TokenChoice token;
+  std::string endpoint;
+  std::unique_ptr<net::HttpClient> client;
+  net::HubRepoInfo info;
+};
+
+// What will be downloaded: the manifest (saved once planned) and the shard headers.
+struct Plan {
+  Manifest manifest;
+  std::map<std::string, ShardLayout> layouts;  // stream: headers of shards with experts
+  uint64_t need = 0;                           // bytes still to download
+};
+
+bool Settled(const std::string& dir, const ManifestFile& f) {
+  return (f.state == "complete" || f.state == "verified" || f.state == "sparse") && InPlace(dir, f);
+}
+
+// No network: which repository and revision, and whether an existing install allows them.
+Status ResolveRequest(const SetupOptions& o, Preflight* p) {
+  DF_ASSIGN_OR_RETURN(p->existing, Manifest::Load(o.model_dir));
+  const std::optional<Manifest>& existing = p->existing;
+  p->repo = !o.repo.empty() ? o.repo : existing ? existing->repo : net::kDefaultRepo;
+  p->revision = !o.revision.empty() ? o.revision
+                : existing          ? existing->revision
+                                    : net::kDefaultRevision;
+  DF_RETURN_IF_ERROR(net::CheckRepoId(p->repo));
+  DF_RETURN_IF_ERROR(net::CheckRevision(p->revision));
+  if (existing && (existing->repo != p->repo || existing->revision != p->revision)) {
+    return Status::Error(o.model_dir + " already holds " + existing->repo + " at " +
+                         existing->revision + "; choose another --model-dir for " + p->repo +
+                         " at " + p->revision);
+  }
+  return Status::Ok();
+}
+
+// Preflight: the folder is writable, the endpoint answers with a file list whose names pass the
+// checks, and the token is accepted for file downloads (one byte of the largest file, through the
+// same redirects as the real download).
+Status RunPreflight(const SetupOptions& o, Preflight* p, CreatedDirs* created) {
+  const std::string& dir = o.model_dir;
+  DF_RETURN_IF_ERROR(created->Create(StateDir(dir)));
   DF_RETURN_IF_ERROR(CheckWritable(dir));
-  const net::TokenChoice token = net::ResolveToken(o.token_flag);
+  p->token = net::ResolveToken(o.token_flag);
   net::HttpOptions http;
   http.endpoint =
-      net::EndpointFromEnvironment(existing ? existing->endpoint : net::kDefaultEndpoint);
-  http.token = token.token;
+      net::EndpointFromEnvironment(p->existing ? p->existing->endpoint : net::kDefaultEndpoint);
+  http.token = p->token.token;
   http.max_connections = o.max_connections;
-  net::HttpClient client(http);
-  LogInfo("setup: " + repo + " at " + revision + " from " + http.endpoint +
-          (token.token.empty() ? " (no token)" : " (token from " + token.source + ")"));
+  http.max_attempts = o.max_attempts;
+  p->endpoint = http.endpoint;
+  p->client = std::make_unique<net::HttpClient>(http);
   // A pinned install keeps asking for the commit it started with.
-  const std::string ask = existing ? existing->commit : revision;
-  auto info = net::FetchRepoInfo(client, http.endpoint, repo, ask);
-  if (!info.ok()) return info.status().WithContext("setup: cannot list the files of " + repo);
-  const net::HubFile* largest = &info->files[0];
-  for (const auto& f : info->files) {
+  const std::string ask = p->existing ? p->existing->commit : p->revision;
+  auto info = net::FetchRepoInfo(*p->client, p->endpoint, p->repo, ask);
+  if (!info.ok()) return info.status().WithContext("setup: cannot list the files of " + p->repo);
+  p->info = std::move(*info);
+  LogInfo("setup: " + p->repo + " at " + p->revision + " (commit " + p->info.commit + ") from " +
+          p->endpoint +
+          (p->token.token.empty() ? " (no token)" : " (token from " + p->token.source + ")"));
+  CrashPoint("listed");
+  const net::HubFile* largest = &p->info.files[0];
+  for (const auto& f : p->info.files) {
     if (f.size > largest->size) largest = &f;
   }
-  {  // token accepted for file downloads (redirects included): one byte of the largest file
-    const std::string url = net::ResolveUrl(http.endpoint, repo, info->commit, largest->path);
+  if (largest->size > 0) {
+    const std::string url = net::ResolveUrl(p->endpoint, p->repo, p->info.commit, largest->path);
     auto ignore = [](const uint8_t*, size_t, uint64_t) { return Status::Ok(); };
-    if (largest->size > 0) {
-      DF_RETURN_IF_ERROR(client.GetRange(url, 0, 1, ignore).WithContext("setup: preflight"));
-    }
+    DF_RETURN_IF_ERROR(p->client->GetRange(url, 0, 1, ignore).WithContext("setup: preflight"));
   }
+  return Status::Ok();
+}
 
+// Plan: the mode (auto: full when the free disk covers the model), the shard headers, the bytes
+// still to download against the free disk; saves the manifest.
+Result<Plan> MakePlan(const SetupOptions& o, const Preflight& p) {
+  const std::string& dir = o.model_dir;
   Plan plan;
   Manifest& m = plan.manifest;
-  m.endpoint = http.endpoint;
-  m.repo = repo;
-  m.revision = revision;
-  m.commit = info->commit;
+  m.endpoint = p.endpoint;
+  m.repo = p.repo;
+  m.revision = p.revision;
+  m.commit = p.info.commit;
   uint64_t full_bytes = 0;
-  for (const auto& f : info->files) {
+  for (const auto& f : p.info.files) {
     ManifestFile mf{f.path, f.size, f.sha256, f.blob_id, "planned"};
-    if (existing) {
-      if (const ManifestFile* old = existing->Find(f.path)) mf.state = old->state;
+    if (p.existing) {
+      if (const ManifestFile* old = p.existing->Find(f.path)) mf.state = old->state;
     }
     full_bytes += f.size;
     m.files.push_back(std::move(mf));
   }
-  auto still_needed = [&](bool stream) -> Result<uint64_t> {
+  auto still_needed = [&](bool stream) {
     uint64_t need = 0;
     for (const auto& f : m.files) {
       if (InPlace(dir, f)) continue;
@@ -214,27 +265,24 @@ Status RunSetup(const SetupOptions& o) {
     }
     return need;
   };
-  auto settled = [&](const ManifestFile& f) {
-    return (f.state == "complete" || f.state == "verified" || f.state == "sparse") &&
-           InPlace(dir, f);
-  };
   // Shard headers (two small ranged GETs each): a stream install needs them to know its resident
   // bytes; a full install uses them to fetch spine shards before expert shards, and both find a
   // malformed header before the bulk download. Full mode skips files already in place (all
   // verified); stream mode re-reads those it did not record as settled (they may be sparse).
   auto fetch_layouts = [&](bool stream) -> Status {
     for (const auto& f : m.files) {
-      if (!IsSafetensorsFile(f.path) || (stream ? settled(f) : InPlace(dir, f))) continue;
-      const std::string url = net::ResolveUrl(http.endpoint, repo, m.commit, f.path);
-      DF_ASSIGN_OR_RETURN(ShardLayout layout, FetchRemoteLayout(client, url, f.size));
+      if (!IsSafetensorsFile(f.path) || (stream ? Settled(dir, f) : InPlace(dir, f))) continue;
+      const std::string url = net::ResolveUrl(p.endpoint, p.repo, m.commit, f.path);
+      DF_ASSIGN_OR_RETURN(ShardLayout layout, FetchRemoteLayout(*p.client, url, f.size));
       plan.layouts[f.path] = std::move(layout);
+      CrashPoint("header-fetched", f.path);
     }
     return Status::Ok();
   };
   const uint64_t free_bytes = FreeBytes(dir);
-  std::string mode = o.mode != "auto" ? o.mode : existing ? existing->mode : o.mode;
-  DF_ASSIGN_OR_RETURN(const uint64_t full_need, still_needed(false));
+  std::string mode = o.mode != "auto" ? o.mode : p.existing ? p.existing->mode : o.mode;
   if (mode == "auto") {
+    const uint64_t full_need = still_needed(false);
     if (free_bytes >= full_need + SpaceMargin(full_bytes)) {
       mode = "full";
       LogInfo("setup: full install: " + HumanBytes(free_bytes) + " free on " + dir +
@@ -251,19 +299,27 @@ Status RunSetup(const SetupOptions& o) {
   }
   m.mode = mode;
   DF_RETURN_IF_ERROR(fetch_layouts(mode == "stream"));
-  DF_ASSIGN_OR_RETURN(const uint64_t need, still_needed(mode == "stream"));
-  const uint64_t margin = SpaceMargin(mode == "stream" ? need : full_bytes);
-  if (!o.skip_space_check && free_bytes < need + margin) {
+  plan.need = still_needed(mode == "stream");
+  const uint64_t margin = SpaceMargin(mode == "stream" ? plan.need : full_bytes);
+  if (!o.skip_space_check && free_bytes < plan.need + margin) {
     return Status::Error("setup: not enough disk space on " + dir + " for a " + mode +
                          " install: " + std::to_string(free_bytes) + " bytes (" +
-                         HumanBytes(free_bytes) + ") free, " + std::to_string(need) + " bytes (" +
-                         HumanBytes(need) + ") still to download + " + HumanBytes(margin) +
-                         " margin" + (mode == "full" ? "; `--stream` needs only the spine" : "") +
+                         HumanBytes(free_bytes) + ") free, " + std::to_string(plan.need) +
+                         " bytes (" + HumanBytes(plan.need) + ") still to download + " +
+                         HumanBytes(margin) + " margin" +
+                         (mode == "full" ? "; `--stream` needs only the spine" : "") +
                          " (--skip-space-check downloads anyway)");
   }
   DF_RETURN_IF_ERROR(m.Save(dir));
+  return plan;
+}
 
-  // ---- downloads: metadata, then shards ----
+// Transfer: metadata files one by one, then shards `--jobs` at a time, spine first; the manifest
+// records each file as it lands and is marked complete last.
+Status Transfer(const SetupOptions& o, const Preflight& p, Plan& plan) {
+  const std::string& dir = o.model_dir;
+  Manifest& m = plan.manifest;
+  net::HttpClient& client = *p.client;
   std::vector<size_t> metadata, shards;
   for (size_t i = 0; i < m.files.size(); ++i) {
     (IsSafetensorsFile(m.files[i].path) ? shards : metadata).push_back(i);
@@ -275,17 +331,18 @@ Status RunSetup(const SetupOptions& o) {
   };
   std::stable_sort(shards.begin(), shards.end(),
                    [&](size_t a, size_t b) { return !has_experts(a) && has_experts(b); });
-  Progress progress(mode == "full" ? "download" : "download (spine)", need);
+  Progress progress(m.mode == "full" ? "download" : "download (spine)", plan.need);
   std::mutex manifest_mu;
   auto fetch = [&](size_t i) -> Status {
     ManifestFile& f = m.files[i];
-    const std::string url = net::ResolveUrl(http.endpoint, repo, m.commit, f.path);
+    const std::string url = net::ResolveUrl(p.endpoint, p.repo, m.commit, f.path);
     const std::string dest = (fs::path(dir) / f.path).string();
-    if (settled(f)) return Status::Ok();
+    if (Settled(dir, f)) return Status::Ok();
     auto it = plan.layouts.find(f.path);
     // A shard with experts in a stream install is sparse, also when an earlier run renamed it
     // into place but stopped before recording that (the experts' bytes are then fetched again).
-    const bool sparse = mode == "stream" && it != plan.layouts.end() && !it->second.experts.empty();
+    const bool sparse =
+        m.mode == "stream" && it != plan.layouts.end() && !it->second.experts.empty();
     std::string state = "complete";
     if (sparse) {
       state = "sparse";
@@ -304,15 +361,51 @@ Status RunSetup(const SetupOptions& o) {
   for (size_t i : metadata) DF_RETURN_IF_ERROR(fetch(i));
   DF_RETURN_IF_ERROR(Parallel(shards.size(), o.jobs, [&](size_t k) { return fetch(shards[k]); }));
   progress.Finish();
-  if (mode == "stream" && !token.token.empty() && token.source == "--token") {
+  if (m.mode == "stream" && !p.token.token.empty() && p.token.source == "--token") {
     DF_RETURN_IF_ERROR(
-        WriteFileDurably((fs::path(StateDir(dir)) / "token").string(), token.token + "\n", 0600));
+        WriteFileDurably((fs::path(StateDir(dir)) / "token").string(), p.token.token + "\n", 0600));
   }
+  CrashPoint("before-complete");
   m.complete = true;
   DF_RETURN_IF_ERROR(m.Save(dir));
-  LogInfo("setup: " + mode + " install of " + repo + " at commit " + m.commit + " complete in " +
-          dir);
+  LogInfo("setup: " + m.mode + " install of " + p.repo + " at commit " + m.commit +
+          " complete in " + dir);
   return Status::Ok();
+}
+
+}  // namespace
+
+Status RunSetup(const SetupOptions& o) {
+  const std::string& dir = o.model_dir;
+  Preflight p;
+  DF_RETURN_IF_ERROR(ResolveRequest(o, &p));
+  // A finished install: nothing to do (no network), unless a stream install is asked to be full.
+  if (p.existing && p.existing->complete) {
+    bool all_there = true;
+    for (const auto& f : p.existing->files) all_there = all_there && InPlace(dir, f);
+    const bool upgrade = p.existing->mode == "stream" && o.mode == "full";
+    if (all_there && !upgrade) {
+      LogInfo("setup: " + dir + " already holds a complete " + p.existing->mode + " install of " +
+              p.repo + " at commit " + p.existing->commit + "; nothing to do");
+      return Status::Ok();
+    }
+    if (all_there && upgrade) return RunFetchExpertsAll(dir, o.token_flag, o.max_connections);
+  }
+  if (p.existing && p.existing->mode == "stream" && o.mode == "full") {
+    return Status::Error(dir +
+                         ": the stream install is unfinished; finish it with `deltafin setup "
+                         "--stream` first, then upgrade with `deltafin fetch-experts-all`");
+  }
+  // Until the plan is saved nothing of the model is on disk; a failure removes the directories
+  // this run created (if still empty), so a wrong endpoint or token leaves no trace.
+  CreatedDirs created;
+  Status s = RunPreflight(o, &p, &created);
+  Result<Plan> plan = s.ok() ? MakePlan(o, p) : Result<Plan>(s);
+  if (!plan.ok()) {
+    created.RemoveEmpty();
+    return plan.status();
+  }
+  return Transfer(o, p, *plan);
 }
 
 Status RunFetchExpertsAll(const std::string& model_dir, const std::string& token_flag,

@@ -1,10 +1,14 @@
 // `deltafin setup`: installs a model from a Hugging Face-style endpoint (docs/SETUP.md).
 //
-// Order of work: preflight (write access, endpoint reachable, file list, token accepted for file
-// downloads, free disk) before the first large byte; then metadata files; then the spine (full:
-// every shard whole; stream: shards without experts whole, shards with experts as sparse files of
-// their resident bytes); then, in full mode, nothing is left. Everything is resumable: rerunning
-// the same command continues where the last run stopped, and on a finished install does nothing.
+// Three phases. Preflight: write access, the endpoint reachable (a never-answering endpoint fails
+// at once), the file list, the token accepted for file downloads. Plan: the mode, the shard
+// headers, the free disk against what is still to download; the manifest is saved. Until then
+// nothing of the model is on disk, and a failure removes the directories setup created if they
+// are still empty (never anything else). Transfer: metadata files, then the spine (full: every
+// shard whole; stream: shards without experts whole, shards with experts as sparse files of their
+// resident bytes), then the rest. Everything is resumable: rerunning the same command continues
+// where the last run stopped (also after kill -9, docs/RELIABILITY.md), and on a finished install
+// does nothing.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +27,7 @@ struct SetupOptions {
   bool skip_space_check = false;
   int jobs = 4;             // files downloaded at once
   int max_connections = 8;  // HTTP connections
+  int max_attempts = 6;     // per HTTP request before giving up (net::HttpOptions::max_attempts)
 };
 
 Status RunSetup(const SetupOptions& options);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/mapped_file.h"
+#include "setup/crash_point.h"
 
 namespace deltafin::setup {
 
@@ -51,6 +52,7 @@ Status WriteFileDurably(const std::string& path, const void* data, size_t size, 
     ::unlink(tmp.c_str());
     return Status::Error(tmp + ": fsync failed: " + std::strerror(errno));
   }
+  CrashPoint("durable-before-rename", path);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
     return Status::Error(path + ": cannot rename into place: " + std::strerror(errno));
@@ -117,6 +119,13 @@ Status Manifest::Save(const std::string& model_dir) const {
 
 ManifestFile* Manifest::Find(const std::string& path) {
   for (auto& f : files) {
+    if (f.path == path) return &f;
+  }
+  return nullptr;
+}
+
+const ManifestFile* Manifest::Find(const std::string& path) const {
+  for (const auto& f : files) {
     if (f.path == path) return &f;
   }
   return nullptr;

@@ -45,6 +45,7 @@ struct Manifest {
   static Result<std::optional<Manifest>> Load(const std::string& model_dir);
   Status Save(const std::string& model_dir) const;
   ManifestFile* Find(const std::string& path);
+  const ManifestFile* Find(const std::string& path) const;
 };
 
 std::string StateDir(const std::string& model_dir);      // DIR/.deltafin

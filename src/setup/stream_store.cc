@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "io/mapped_file.h"
 #include "net/hf_hub.h"
+#include "setup/crash_point.h"
 #include "setup/downloader.h"
 #include "setup/hash.h"
 
@@ -186,7 +187,8 @@ Status StreamStore::FetchOne(int64_t layer, int32_t expert, Progress* progress) 
   DF_RETURN_IF_ERROR(
       PwriteAll(shard.fd, buf.data(), buf.size(), slot.offset, shard.path, shard.size)
           .WithContext("storing " + what));
-  return Status::Ok();  // durable and logged by FetchList, once for the whole list
+  CrashPoint("expert-stored", what);  // in the shard, not yet durable nor in the log
+  return Status::Ok();                // durable and logged by FetchList, once for the whole list
 }
 
 Status StreamStore::FetchList(int64_t layer, const std::vector<int32_t>& missing,

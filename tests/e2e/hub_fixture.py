@@ -15,11 +15,14 @@ file (a JSON list) and applies the first rule whose "path" is a substring of the
 (and whose "port", if given, is "hub" or "cdn" as the request's) and that has fired fewer than
 "times" times (drop and corrupt fire only when the response reaches their byte):
   {"id": "x", "path": "...", "port": "cdn"?, "times": N (default 1, -1 = always),
-   "action": "status", "status": 404}            answer with that status, no upstream request
+   "action": "status", "status": 404,            answer with that status, no upstream request
+   "retry_after": "2"?}                          (and that Retry-After header)
    "action": "drop", "at": OFFSET}               close the connection once the body reaches file
                                                  byte OFFSET
    "action": "corrupt", "at": OFFSET}            flip the bits of file byte OFFSET
-   "action": "rate", "bytes_per_second": R}      throttle the body
+   "action": "rate", "bytes_per_second": R}      throttle the body: nginx's limit_rate, set per
+                                                 request from the X-Limit-Rate header the proxy
+                                                 adds upstream
 Every request is logged as one JSON line: {"port": "hub"|"cdn", "client" (the client's TCP port,
 one per connection), "path", "range", "auth", "status", "sent"}. Prints one JSON line with the ports and paths, then serves until stdin closes.
 
@@ -96,6 +99,9 @@ http {{
   default_type application/octet-stream;
   types {{ application/json json; }}
   log_format auth '$request_uri "$http_authorization" $status';
+  # The proxy's "rate" rules: nginx throttles the response body (0: unlimited).
+  map $http_x_limit_rate $df_limit_rate {{ default 0; "~^[0-9]+$" $http_x_limit_rate; }}
+  limit_rate $df_limit_rate;
   server {{
     listen 127.0.0.1:{hub};
     root {www};
@@ -166,13 +172,18 @@ def make_handler(name, upstream_port, rules, log_path, log_lock):
             if rule and rule["action"] == "status":
                 body = b"injected\n"
                 self.send_response(rule["status"])
+                if "retry_after" in rule:
+                    self.send_header("Retry-After", str(rule["retry_after"]))
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
                 self.log(rule["status"], 0)
                 return
             conn = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=60)
-            headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+            headers = {k: v for k, v in self.headers.items()
+                       if k.lower() not in ("connection", "x-limit-rate")}
+            if rule and rule["action"] == "rate":
+                headers["X-Limit-Rate"] = str(int(rule["bytes_per_second"]))
             conn.request("GET", self.path, headers=headers)
             resp = conn.getresponse()
             first = 0
@@ -186,7 +197,7 @@ def make_handler(name, upstream_port, rules, log_path, log_lock):
             self.end_headers()
             sent, pos = 0, first
             while True:
-                chunk = resp.read(65536)
+                chunk = resp.read1(65536)
                 if not chunk:
                     break
                 if rule and rule["action"] == "corrupt" and pos <= rule["at"] < pos + len(chunk):
@@ -204,8 +215,6 @@ def make_handler(name, upstream_port, rules, log_path, log_lock):
                     self.connection.shutdown(socket.SHUT_RDWR)
                     conn.close()
                     return
-                if rule and rule["action"] == "rate":
-                    time.sleep(len(chunk) / rule["bytes_per_second"])
                 try:
                     self.wfile.write(chunk)
                 except OSError:

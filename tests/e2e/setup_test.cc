@@ -1,17 +1,16 @@
 // End-to-end tests of `deltafin setup`, stream installs and `fetch-experts-all` against real HTTP
 // servers on 127.0.0.1 (tests/e2e/hub_fixture.py: nginx serving a generated tiny model as a hub
 // repository, LFS files redirected to a second "CDN" server, a fault-injecting proxy in front of
-// both). No test reaches the internet.
+// both; fixture and helpers in e2e/local_hub.h). No test reaches the internet. The fault campaign
+// (kill -9 points, corruption, full disk, 429/5xx, unreachable endpoint) is setup_faults_test.cc.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -24,156 +23,12 @@
 #include <thread>
 #include <vector>
 
-#include "cli_runner.h"
+#include "e2e/local_hub.h"
 
 extern char** environ;
 
-namespace deltafin {
+namespace deltafin::hubtest {
 namespace {
-
-namespace fs = std::filesystem;
-using testing::RunCli;
-using testing::ShellQuote;
-
-constexpr char kToken[] = "hf_test_token_1234";
-
-std::string ReadAll(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-class SetupTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    root_ =
-        new fs::path(fs::temp_directory_path() / ("deltafin_setup_" + std::to_string(::getpid())));
-    fs::remove_all(*root_);
-    fs::create_directories(*root_ / "hub");
-    fs::create_directories(*root_ / "empty-hf-home");
-    auto made = RunCli("make-model --preset tiny --seed 7 --no-sync --out " +
-                       ShellQuote((*root_ / "model").string()));
-    ASSERT_EQ(made.exit_code, 0) << made.output;
-    // The fixture runs until its stdin closes: popen gives it our pipe as stdout; its stdin is a
-    // FIFO we hold open.
-    const std::string fifo = (*root_ / "fixture-stdin").string();
-    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-    const std::string cmd =
-        "exec python3 " + ShellQuote(std::string(DF_SOURCE_DIR) + "/tests/e2e/hub_fixture.py") +
-        " --model " + ShellQuote((*root_ / "model").string()) + " --root " +
-        ShellQuote((*root_ / "hub").string()) + " --token " + kToken + " < " + ShellQuote(fifo);
-    fixture_ = ::popen(cmd.c_str(), "r");
-    ASSERT_NE(fixture_, nullptr);
-    fifo_fd_ = ::open(fifo.c_str(), O_WRONLY);  // unblocks the shell's redirection
-    char line[4096];
-    ASSERT_NE(std::fgets(line, sizeof(line), fixture_), nullptr) << "hub fixture did not start";
-    info_ = new nlohmann::json(nlohmann::json::parse(line));
-  }
-  static void TearDownTestSuite() {
-    if (fifo_fd_ >= 0) ::close(fifo_fd_);  // the fixture stops nginx and exits
-    if (fixture_ != nullptr) ::pclose(fixture_);
-    if (root_ != nullptr) fs::remove_all(*root_);
-    delete root_;
-    delete info_;
-  }
-
-  void SetUp() override {
-    dir_ = *root_ / ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    SetRules(nlohmann::json::array());
-  }
-
-  static std::string Endpoint() { return (*info_)["endpoint"].get<std::string>(); }
-  static std::string Repo() { return (*info_)["repo"].get<std::string>(); }
-  static fs::path Model() { return *root_ / "model"; }
-
-  // The environment of every command: our endpoint, an empty HF_HOME, no proxies.
-  static std::string Env(const std::string& token, bool endpoint = true) {
-    std::string env =
-        "env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY "
-        "-u all_proxy -u HF_TOKEN -u HF_TOKEN_PATH -u HF_ENDPOINT HF_HOME=" +
-        ShellQuote((*root_ / "empty-hf-home").string());
-    if (endpoint) env += " HF_ENDPOINT=" + Endpoint();
-    if (!token.empty()) env += " HF_TOKEN=" + token;
-    return env;
-  }
-  // Runs `deltafin <args>` with Env(token, endpoint), bounded by `timeout 120`.
-  static testing::CliRun Deltafin(const std::string& args, const std::string& token = kToken,
-                                  bool endpoint = true) {
-    const std::string cmd =
-        "timeout 120 " + Env(token, endpoint) + " " + ShellQuote(DF_BINARY) + " " + args + " 2>&1";
-    testing::CliRun run;
-    std::FILE* pipe = ::popen(cmd.c_str(), "r");
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) run.output.append(buf, n);
-    const int status = ::pclose(pipe);
-    if (status != -1 && WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
-    return run;
-  }
-  std::string SetupArgs(const std::string& mode, const fs::path& dir) const {
-    return "setup " + mode + " --repo " + Repo() + " --model-dir " + ShellQuote(dir.string());
-  }
-
-  static void SetRules(const nlohmann::json& rules) {
-    std::ofstream((*info_)["rules"].get<std::string>() + ".tmp") << rules.dump();
-    fs::rename((*info_)["rules"].get<std::string>() + ".tmp", (*info_)["rules"].get<std::string>());
-  }
-  // Shard bodies at 3 MB/s per request, so that a setup run lasts long enough to be interrupted.
-  static void ThrottleShards() {
-    SetRules({{{"id", "slow"},
-               {"port", "cdn"},
-               {"path", ".safetensors"},
-               {"action", "rate"},
-               {"bytes_per_second", 3000000},
-               {"times", -1}}});
-  }
-  // Every request the proxy saw, in order.
-  static std::vector<nlohmann::json> ProxyLog() {
-    std::vector<nlohmann::json> out;
-    std::ifstream in((*info_)["log"].get<std::string>());
-    std::string line;
-    while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
-    return out;
-  }
-  // Files of the generated model that `dir` holds byte for byte.
-  static void ExpectSameFiles(const fs::path& dir) {
-    for (const auto& e : fs::directory_iterator(Model())) {
-      const fs::path installed = dir / e.path().filename();
-      ASSERT_TRUE(fs::exists(installed)) << installed;
-      EXPECT_TRUE(ReadAll(installed) == ReadAll(e.path())) << installed << " differs";
-    }
-  }
-  static std::string Generate(const fs::path& model, const std::string& token = kToken,
-                              bool endpoint = true) {
-    auto run = Deltafin("run --model " + ShellQuote(model.string()) +
-                            " --prompt-ids 72,101,108,108,111 --max-new 8",
-                        token, endpoint);
-    EXPECT_EQ(run.exit_code, 0) << run.output;
-    const auto open = run.output.find('['), close = run.output.find(']');
-    return open == std::string::npos ? run.output : run.output.substr(open, close - open + 1);
-  }
-  static bool AnyDownloadedFile(const fs::path& dir) {
-    for (const auto& e : fs::recursive_directory_iterator(dir)) {
-      const std::string name = e.path().filename().string();
-      if (name.find(".safetensors") != std::string::npos) return true;
-    }
-    return false;
-  }
-
-  static fs::path* root_;
-  static nlohmann::json* info_;
-  static std::FILE* fixture_;
-  static int fifo_fd_;
-  fs::path dir_;
-};
-
-fs::path* SetupTest::root_ = nullptr;
-nlohmann::json* SetupTest::info_ = nullptr;
-std::FILE* SetupTest::fixture_ = nullptr;
-int SetupTest::fifo_fd_ = -1;
 
 TEST_F(SetupTest, NoTokenIs401WithHowToProvideOneBeforeAnyLargeDownload) {
   auto run = Deltafin(SetupArgs("--full", dir_ / "m"), "");
@@ -388,35 +243,6 @@ TEST_F(SetupTest, FileNamesWithDotDotOrAbsolutePathsAreRefused) {
   EXPECT_FALSE(fs::exists("/tmp/deltafin-abs-escape.json"));
 }
 
-TEST_F(SetupTest, DiskFullGivesTheNumbersAndLeavesNoCorruptFileInPlace) {
-  if (::geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root (CI runs as root)";
-  const fs::path mnt = dir_ / "tmpfs";
-  fs::create_directories(mnt);
-  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=8m") != 0) {
-    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
-  }
-  // The preflight refuses with the numbers...
-  auto pre = Deltafin(SetupArgs("--full", mnt / "m"));
-  EXPECT_EQ(pre.exit_code, 1) << pre.output;
-  EXPECT_NE(pre.output.find("not enough disk space"), std::string::npos) << pre.output;
-  EXPECT_NE(pre.output.find(" free, "), std::string::npos) << pre.output;
-  EXPECT_NE(pre.output.find("still to download"), std::string::npos) << pre.output;
-  EXPECT_FALSE(AnyDownloadedFile(mnt));
-  // ...and when told to go ahead, the full disk mid-file is a clear error, not a bad file.
-  auto run = Deltafin(SetupArgs("--full", mnt / "m") + " --skip-space-check --jobs 1");
-  EXPECT_EQ(run.exit_code, 1) << run.output;
-  EXPECT_NE(run.output.find("the disk is full"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find("bytes free"), std::string::npos) << run.output;
-  for (const auto& e : fs::directory_iterator(mnt / "m")) {
-    const fs::path source = Model() / e.path().filename();
-    if (fs::exists(source)) {
-      EXPECT_TRUE(ReadAll(e.path()) == ReadAll(source)) << e.path() << " is in place but wrong";
-    }
-  }
-  EXPECT_FALSE(fs::exists(mnt / "m/model-00001-of-000009.safetensors"));
-  ::umount(mnt.c_str());
-}
-
 TEST_F(SetupTest, StreamInstallGeneratesTheSameTokensAsFullAndUpgradesToFull) {
   const fs::path s = dir_ / "stream";
   // The token comes from --token (no HF_TOKEN): setup keeps it, owner-only, for run time.
@@ -498,4 +324,4 @@ TEST_F(SetupTest, StreamFetchNeverMarksACorruptExpertPresent) {
 }
 
 }  // namespace
-}  // namespace deltafin
+}  // namespace deltafin::hubtest

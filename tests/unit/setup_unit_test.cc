@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -92,6 +93,21 @@ TEST(Urls, OriginsAndRedirects) {
   EXPECT_EQ(HttpClient::ResolveLocation("http://a/x", "http://b/f"), "http://b/f");
   EXPECT_EQ(net::ResolveUrl("http://h", "o/n", "main", "dir/a b.json"),
             "http://h/o/n/resolve/main/dir/a%20b.json");
+}
+
+TEST(Http, RetryAfterInSecondsOrAsAnHttpDate) {
+  EXPECT_EQ(net::ParseRetryAfter("120"), 120.0);
+  EXPECT_EQ(net::ParseRetryAfter("0"), 0.0);
+  EXPECT_EQ(net::ParseRetryAfter(""), -1.0);
+  EXPECT_EQ(net::ParseRetryAfter("soon"), -1.0);
+  EXPECT_EQ(net::ParseRetryAfter("Wed, 21 Oct 2015 07:28:00 GMT"), 0.0);  // in the past: now
+  // An HTTP-date 90 s ahead (IMF-fixdate, always GMT).
+  const std::time_t ahead = std::time(nullptr) + 90;
+  char date[64];
+  std::strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", std::gmtime(&ahead));
+  const double wait = net::ParseRetryAfter(date);
+  EXPECT_GE(wait, 88.0) << date;
+  EXPECT_LE(wait, 90.0) << date;
 }
 
 TEST(Token, FlagThenEnvironmentThenFiles) {
