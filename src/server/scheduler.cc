@@ -13,6 +13,19 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
+
+// The step from `before` (stats and time at the previous token) to now.
+StepTiming StepSince(const SessionStats& before, Clock::time_point since, const SessionStats& now) {
+  StepTiming t;
+  t.wall_s = Seconds(since);
+  t.io_wait_s = now.io_wait_seconds - before.io_wait_seconds;
+  t.compute_s = now.compute_seconds - before.compute_seconds;
+  t.expert_bytes_read = now.expert_bytes_read - before.expert_bytes_read;
+  t.experts_needed = now.expert_loads - before.expert_loads;
+  t.experts_in_ram = now.expert_cache_hits - before.expert_cache_hits;
+  t.positions = static_cast<int64_t>(now.positions - before.positions);
+  return t;
+}
 }  // namespace
 
 Scheduler::Scheduler(const Engine& engine, int max_queue, int64_t prefill_piece, Metrics* metrics)
@@ -120,7 +133,16 @@ void Scheduler::Process(Job& job) {
     fed_.clear();
   }
   metrics_->CountReuse(reuse > 0);
+  // Room for the tokens and their timings up front, so that most answers never regrow them.
+  {
+    const size_t expect = static_cast<size_t>(std::min<int64_t>(job.max_tokens, 4096));
+    std::lock_guard lock(job.mu);
+    job.tokens.reserve(expect);
+    job.steps.reserve(expect);
+  }
+  SessionStats step_stats = session_->stats();
   const auto t0 = Clock::now();
+  auto step_start = t0;
   for (size_t pos = reuse; pos < prompt.size(); pos += static_cast<size_t>(prefill_piece_)) {
     if (should_end()) {
       metrics_->AddPrompt(static_cast<int64_t>(prompt.size()), static_cast<int64_t>(reuse),
@@ -155,9 +177,14 @@ void Scheduler::Process(Job& job) {
   std::string error;
   for (;;) {
     const int32_t next = sampler.Sample(session_->Logits());
+    const SessionStats& now = session_->stats();
+    const StepTiming step = StepSince(step_stats, step_start, now);
+    step_stats = now;
+    step_start = Clock::now();
     {
       std::lock_guard lock(job.mu);
       job.tokens.push_back(next);
+      job.steps.push_back(step);
     }
     job.cv.notify_all();
     ++generated;
