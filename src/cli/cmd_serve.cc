@@ -117,6 +117,7 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   cmd->add_option("--cors-origin", o.cors_origins,
                   "Allow browser pages from this origin (scheme://host[:port], or * for any; "
                   "repeatable). Without it no CORS headers are sent")
+      ->allow_extra_args(false)
       ->take_all();
   cmd->add_flag(
       "--no-webui", [args](int64_t) { args->opt.web_ui = false; },
