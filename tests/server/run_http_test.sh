@@ -36,6 +36,17 @@ start_server cors "$work/serve_cors.log" --model "$work/model" --threads 1 \
   --cors-origin http://allowed.example --api-key sekrit
 python3 "$src/http_test.py" "$base" "$base_pid" "$work/serve.log" "$cors" || {
   echo "--- server log"; tail -30 "$work/serve.log"; exit 1; }
+# --no-webui: GET / is a 404 like any unknown route.
+start_server noweb "$work/serve_noweb.log" --model "$work/model" --threads 1 --no-webui
+python3 - "${noweb%/v1}/" <<'PY'
+import sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=30)
+    sys.exit("GET / answered with --no-webui")
+except urllib.error.HTTPError as e:
+    assert e.code == 404, e.code
+PY
+echo "ok - --no-webui: GET / is a 404"
 # No prompt or output text in the log without --log-prompts.
 if grep -q "capital of France" "$work/serve.log"; then echo "prompt text was logged" >&2; exit 1; fi
 echo "ok - prompts not logged"
