@@ -38,6 +38,7 @@ rm -rf "$work/model"
 # tokens wait for reads and the panel has I/O wait to show.
 start_server base "$work/serve.log" --model "$work/model" --threads 1 --experts streamed \
   --expert-cache 2M
+start_server auth "$work/serve_auth.log" --model "$work/model" --threads 1 --api-key sekrit
 root=${base%/v1}
 
 # A fresh profile each run; everything that would phone home is off.
@@ -55,6 +56,7 @@ done
 [[ -s $profile/DevToolsActivePort ]] || { cat "$work/chromium.log" >&2; echo "FAIL: no DevTools port" >&2; exit 1; }
 devtools_port=$(head -1 "$profile/DevToolsActivePort")
 
-timeout 60 node "$work/chat_page_test.mjs" "$root" "$devtools_port" "$work" "$work/serve.log" || {
+timeout 60 node "$work/chat_page_test.mjs" "$root" "$devtools_port" "$work" "$work/serve.log" \
+  "${auth%/v1}" sekrit || {
   echo "--- server log"; tail -30 "$work/serve.log"; echo "--- chromium log"; tail -20 "$work/chromium.log"
   exit 1; }

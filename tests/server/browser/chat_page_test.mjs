@@ -2,18 +2,20 @@
 // chromium, headless, driven over the DevTools protocol (chrome-remote-interface), against
 // `deltafin serve` with the tiny model on 127.0.0.1.
 //
-//   node chat_page_test.mjs SERVER_ROOT_URL DEVTOOLS_PORT OUT_DIR SERVER_LOG
+//   node chat_page_test.mjs SERVER_ROOT_URL DEVTOOLS_PORT OUT_DIR SERVER_LOG AUTH_ROOT_URL KEY
 //
 // Checks: the page loads from GET / and asks for nothing outside the server; a message streams
 // into the DOM (several updates, not one) and matches the same request made without the page;
 // the thinking block collapses; the timing panel has one row per token and a summary; Stop ends
 // the request, the server counts and logs the cancellation, and the next message works; no
-// script errors or CSP violations. Writes OUT_DIR/chat_page.png (Page.captureScreenshot).
+// script errors or CSP violations. On a server with --api-key (AUTH_ROOT_URL), the page asks for
+// the key, and chats once it is entered in Settings. Writes OUT_DIR/chat_page.png
+// (Page.captureScreenshot).
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import CDP from 'chrome-remote-interface';
 
-const [root, devtoolsPort, outDir, serverLog] = process.argv.slice(2);
+const [root, devtoolsPort, outDir, serverLog, authRoot, apiKey] = process.argv.slice(2);
 const deadline = Date.now() + 55_000;  // the whole test stays under a minute
 
 const client = await CDP({ host: '127.0.0.1', port: Number(devtoolsPort) });
@@ -176,6 +178,28 @@ try {
   assert.deepEqual(foreign, [], 'the page loaded something from outside the server');
   assert.deepEqual(problems, [], 'script errors or CSP violations');
   console.log(`ok - ${urls.length} requests, all to ${root}; no script errors`);
+
+  // ---- a server with --api-key: the page loads, asks for the key, then works ----
+  await Page.navigate({ url: authRoot + '/' });
+  await Page.loadEventFired();
+  await waitFor(`document.getElementById('model').textContent.includes('API key')`,
+                'the page to ask for the API key', 10_000);
+  await js(`(() => { const k = document.getElementById('api-key');
+              k.value = ${JSON.stringify(apiKey)};
+              k.dispatchEvent(new Event('change')); return true; })()`);
+  await waitFor(`document.getElementById('model').textContent.includes('context')`,
+                'the models list with the key', 10_000);
+  await js(`document.getElementById('effort').value = 'none'; true`);
+  await sendMessage('Hi', 4);
+  await waitFor(`${lastAnswer}?.dataset.done`, 'the answer with the key');
+  const keyed = await js(`({ done: ${lastAnswer}.dataset.done,
+      content: ${lastAnswer}.querySelector('.content').textContent,
+      rows: document.querySelectorAll('#token-rows .row').length })`);
+  assert.equal(keyed.done, 'finished');
+  assert.ok(keyed.content.length > 0, 'thinking off: the reply is content');
+  assert.equal(keyed.rows, 4);
+  console.log('ok - with --api-key: the page asks for the key, then chats ' +
+              '(thinking off: the reply is content)');
   console.log('all passed');
 } finally {
   await client.Browser.close().catch(() => {});
