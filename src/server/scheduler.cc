@@ -94,11 +94,19 @@ void Scheduler::Run() {
       busy_ = true;
     }
     metrics_->SetRunning(true);
-    Process(*job);
-    metrics_->SetRunning(false);
+    Process(*job);  // ends with EndRunningJob
+  }
+}
+
+void Scheduler::EndRunningJob(Job& job, Job::End end, const std::string& error) {
+  // The worker is idle before the job's reader hears of the end: a client that sends its next
+  // request as soon as it has this answer must find the worker free (Submit's room), not busy.
+  metrics_->SetRunning(false);
+  {
     std::lock_guard lock(mu_);
     busy_ = false;
   }
+  Finish(job, end, error);
 }
 
 void Scheduler::Finish(Job& job, Job::End end, const std::string& error) {
@@ -116,7 +124,7 @@ void Scheduler::Process(Job& job) {
   auto should_end = [&] { return job.cancelled.load() || job.stop_requested.load(); };
   if (job.IsCancelled()) {
     metrics_->CountCancelled();
-    return Finish(job, Job::End::kCancelled);
+    return EndRunningJob(job, Job::End::kCancelled);
   }
   {
     std::lock_guard lock(job.mu);
@@ -148,7 +156,7 @@ void Scheduler::Process(Job& job) {
       metrics_->AddPrompt(static_cast<int64_t>(prompt.size()), static_cast<int64_t>(reuse),
                           Seconds(t0));
       if (job.IsCancelled()) metrics_->CountCancelled();
-      return Finish(job, job.IsCancelled() ? Job::End::kCancelled : Job::End::kEos);
+      return EndRunningJob(job, job.IsCancelled() ? Job::End::kCancelled : Job::End::kEos);
     }
     const size_t n = std::min(prompt.size() - pos, static_cast<size_t>(prefill_piece_));
     Status st = session_->Prefill(std::span<const int32_t>(prompt.data() + pos, n));
@@ -156,7 +164,7 @@ void Scheduler::Process(Job& job) {
     if (!st.ok()) {
       session_->Reset();
       fed_.clear();
-      return Finish(job, Job::End::kError, st.message());
+      return EndRunningJob(job, Job::End::kError, st.message());
     }
     fed_.insert(fed_.end(), prompt.begin() + static_cast<ptrdiff_t>(pos),
                 prompt.begin() + static_cast<ptrdiff_t>(pos + n));
@@ -210,7 +218,7 @@ void Scheduler::Process(Job& job) {
   }
   metrics_->AddDecode(generated, Seconds(t1));
   if (end == Job::End::kCancelled) metrics_->CountCancelled();
-  Finish(job, end, error);
+  EndRunningJob(job, end, error);
 }
 
 }  // namespace deltafin::server

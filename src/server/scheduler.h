@@ -78,6 +78,8 @@ class Scheduler {
   void Run();
   void Process(Job& job);
   void Finish(Job& job, Job::End end, const std::string& error = "");
+  // Marks the worker idle, then finishes the job it was running.
+  void EndRunningJob(Job& job, Job::End end, const std::string& error = "");
   void PublishStats();
 
   const Engine& engine_;
