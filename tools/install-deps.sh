@@ -18,6 +18,7 @@ PACKAGES=(
   libcpp-httplib-dev                     # `deltafin serve` (HTTP server)
   libcurl4-openssl-dev libssl-dev        # setup: HTTP client (libcurl), SHA-256 (libcrypto)
   nginx                                  # setup tests: a local hub on 127.0.0.1 (Range support)
+  chromium                               # server_browser: the web chat page in headless chromium
 )
 
 # The tokenizer oracle test runs OpenAI's tiktoken from npm (WASM). Any node >= 18 with npm will

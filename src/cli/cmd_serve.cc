@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "server/cors.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
 
@@ -18,6 +19,7 @@ struct ServeArgs {
   ModelFlags model;
   server::ServerOptions opt;
   double max_body_mib = 32;
+  std::string log_level = "info";
 };
 
 int RunServe(ServeArgs& args) {
@@ -29,7 +31,15 @@ int RunServe(ServeArgs& args) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that vanishes mid-write is an error, not a kill
 
+  // A server's log is read later against the clock: timestamp every line, filter by level.
+  SetLogTimestamps(true);
+  SetLogLevel(ParseLogLevel(args.log_level).value_or(LogLevel::kInfo));
   server::ServerOptions& opt = args.opt;
+  for (const std::string& origin : opt.cors_origins) {
+    if (std::string why = server::CheckCorsOrigin(origin); !why.empty()) {
+      return Fail(Status::Error(why));
+    }
+  }
   if (!server::IsLoopback(opt.host) && opt.api_key.empty() && !opt.insecure_no_auth) {
     return Fail(Status::Error("refusing to listen on non-loopback address " + opt.host +
                               " without --api-key (add --insecure-no-auth to allow it)"));
@@ -99,6 +109,19 @@ void RegisterServe(CLI::App& app, int* exit_code) {
       "--no-thinking", [args](int64_t) { args->opt.defaults.thinking = false; },
       "Chats default to thinking off (requests can still turn it on)");
   cmd->add_flag("--log-prompts", o.log_prompts, "Log prompts and outputs (off by default)");
+  cmd->add_option("--log-level", args->log_level,
+                  "Least severe log lines written: debug, info (one line per request), warn, "
+                  "error")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error"}))
+      ->capture_default_str();
+  cmd->add_option("--cors-origin", o.cors_origins,
+                  "Allow browser pages from this origin (scheme://host[:port], or * for any; "
+                  "repeatable). Without it no CORS headers are sent")
+      ->allow_extra_args(false)
+      ->take_all();
+  cmd->add_flag(
+      "--no-webui", [args](int64_t) { args->opt.web_ui = false; },
+      "Do not serve the chat page at GET /");
   cmd->callback([args, exit_code] { *exit_code = RunServe(*args); });
 }
 

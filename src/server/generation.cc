@@ -10,6 +10,7 @@
 #include "server/connection.h"
 #include "server/http_internal.h"
 #include "server/output.h"
+#include "server/request_log.h"
 #include "server/response_json.h"
 #include "tokenizer/utf8.h"
 
@@ -46,6 +47,8 @@ struct Gen {
   std::unique_ptr<OutputAssembler> out;
   ClientConnection conn;
   size_t cursor = 0;
+  std::vector<StepTiming> steps;  // a copy of job->steps up to `cursor`
+  size_t steps_sent = 0;          // steps already sent as token_timings
   bool done = false;
   Job::End end = Job::End::kNone;
   std::string error;
@@ -61,6 +64,8 @@ struct Gen {
       job->cv.wait_for(lock, wait,
                        [&] { return job->tokens.size() > cursor || job->end != Job::End::kNone; });
       fresh.assign(job->tokens.begin() + static_cast<ptrdiff_t>(cursor), job->tokens.end());
+      steps.insert(steps.end(), job->steps.begin() + static_cast<ptrdiff_t>(cursor),
+                   job->steps.end());
       cursor = job->tokens.size();
       end = job->end;
       error = job->error;
@@ -94,6 +99,42 @@ struct Gen {
     std::lock_guard lock(job->mu);
     u.cached_tokens = job->cached_tokens;
     return u;
+  }
+
+  Timings GetTimings() const {
+    const Usage u = GetUsage();
+    double prefill_s = 0;
+    {
+      std::lock_guard lock(job->mu);
+      prefill_s = job->prefill_seconds;
+    }
+    return SumTimings(u.prompt_tokens, u.cached_tokens, prefill_s, u.completion_tokens, steps);
+  }
+
+  // Adds `timings` (so far) and the `token_timings` not sent yet to a streamed chunk.
+  void AddTimings(ojson* chunk) {
+    (*chunk)["timings"] = TimingsJson(GetTimings());
+    if (!request.timings_per_token) return;
+    (*chunk)["token_timings"] =
+        TokenTimingsJson(std::span<const StepTiming>(steps).subspan(steps_sent), steps_sent);
+    steps_sent = steps.size();
+  }
+
+  // The request log's detail: id, token counts and where the time went.
+  std::string LogDetail() const {
+    const Usage u = GetUsage();
+    const Timings t = GetTimings();
+    char line[320];
+    std::snprintf(line, sizeof(line),
+                  "%s prompt=%lld cached=%lld completion=%lld ttft=%.3fs prefill=%lld/%.3fs "
+                  "decode=%lld/%.3fs io_wait=%.3fs",
+                  meta.id.c_str(), static_cast<long long>(u.prompt_tokens),
+                  static_cast<long long>(u.cached_tokens),
+                  static_cast<long long>(u.completion_tokens), ttft_s,
+                  static_cast<long long>(t.prompt_n), t.prompt_ms / 1e3,
+                  static_cast<long long>(std::max<int64_t>(0, t.predicted_n - 1)),
+                  t.predicted_ms / 1e3, t.io_wait_ms / 1e3);
+    return line;
   }
 };
 
@@ -154,17 +195,16 @@ void HttpServer::Impl::HandleGeneration(const httplib::Request& req, httplib::Re
                               "rate_limit_exceeded", "", "queue_full"},
                      ep);
   }
+  if (LogEnabled(LogLevel::kDebug)) {
+    LogDebug(g->meta.id + " queued: " + std::to_string(n) + " prompt tokens, max_tokens " +
+             std::to_string(g->job->max_tokens) + ", " + std::to_string(scheduler->queued()) +
+             " waiting");
+  }
+  // Counts the request and hands its detail to the request log line (request_log.h); 499 = the
+  // client left, so the job was cancelled.
   auto finish_log = [this, g, ep](int status) {
     metrics.CountRequest(ep, status);
-    const Usage u = g->out ? g->GetUsage() : Usage{};
-    char line[300];
-    std::snprintf(line, sizeof(line),
-                  "%s %s %d prompt=%lld cached=%lld completion=%lld ttft=%.3fs total=%.3fs",
-                  ep.c_str(), g->meta.id.c_str(), status, static_cast<long long>(u.prompt_tokens),
-                  static_cast<long long>(u.cached_tokens),
-                  static_cast<long long>(u.completion_tokens), g->ttft_s,
-                  std::chrono::duration<double>(Clock::now() - g->start).count());
-    LogInfo(line);
+    AnnotateRequestLog(status, g->LogDetail() + (status == 499 ? " cancelled" : ""));
   };
   std::string echo;
   if (endpoint == Endpoint::kCompletion && g->request.echo) {
@@ -187,8 +227,9 @@ void HttpServer::Impl::HandleGeneration(const httplib::Request& req, httplib::Re
       return finish_log(500);
     }
     if (opt.log_prompts) LogInfo(g->meta.id + " output: " + all.reasoning + all.content);
-    res.set_content(JsonText(FullResponse(g->meta, all, g->out->FinishReason(), g->GetUsage())),
-                    "application/json");
+    ojson body = FullResponse(g->meta, all, g->out->FinishReason(), g->GetUsage());
+    body["timings"] = TimingsJson(g->GetTimings());
+    res.set_content(JsonText(body), "application/json");
     return finish_log(200);
   }
 
@@ -221,7 +262,9 @@ void HttpServer::Impl::HandleGeneration(const httplib::Request& req, httplib::Re
               std::max(Clock::duration::zero(), std::min<Clock::duration>(kPollStep, until_ping)),
               &d);
           if (!d.empty() || (first && g->end == Job::End::kNone && g->cursor > 0)) {
-            if (!event(Chunk(g->meta, d, first, "", usage_null))) break;
+            ojson chunk = Chunk(g->meta, d, first, "", usage_null);
+            if (g->request.timings_per_token) g->AddTimings(&chunk);
+            if (!event(chunk)) break;
             first = false;
           }
           if (!g->done && Clock::now() - last_write >= ping && !write(": ping\n\n")) break;
@@ -235,7 +278,11 @@ void HttpServer::Impl::HandleGeneration(const httplib::Request& req, httplib::Re
         if (g->end == Job::End::kError) {
           ok = event(EngineError(g->error).Body());
         } else {
-          ok = event(Chunk(g->meta, OutputDelta{}, first, g->out->FinishReason(), usage_null));
+          // The final chunk carries the timings (and the last tokens' token_timings), as
+          // llama-server's does.
+          ojson last = Chunk(g->meta, OutputDelta{}, first, g->out->FinishReason(), usage_null);
+          g->AddTimings(&last);
+          ok = event(last);
           if (ok && g->request.include_usage) ok = event(UsageChunk(g->meta, g->GetUsage()));
         }
         if (ok) ok = write("data: [DONE]\n\n");

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "server/api_error.h"
+#include "server/cors.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
@@ -23,16 +24,19 @@ inline std::string JsonText(const nlohmann::ordered_json& j) {
 
 struct HttpServer::Impl {
   Impl(const Engine& e, const tokenizer::Tokenizer& t, ServerOptions o)
-      : engine(e), tok(t), opt(std::move(o)) {}
+      : engine(e), tok(t), opt(std::move(o)), cors(opt.cors_origins) {}
 
   void Routes();
   bool Authorized(const httplib::Request& req) const;
   void SendError(httplib::Response& res, const ApiError& error, const std::string& endpoint);
   void HandleGeneration(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  // Answers a CORS preflight (true: handled); see server/cors.h.
+  bool HandlePreflight(const httplib::Request& req, httplib::Response& res);
 
   const Engine& engine;
   const tokenizer::Tokenizer& tok;
   ServerOptions opt;
+  CorsPolicy cors;
   Metrics metrics;
   std::unique_ptr<Scheduler> scheduler;
   httplib::Server svr;

@@ -1,5 +1,5 @@
-// HttpServer: configuration checks, cpp-httplib setup, authentication, and the non-generation
-// endpoints (/v1/models, /health, /metrics).
+// HttpServer: configuration checks, cpp-httplib setup, authentication, CORS, the request log, and
+// the non-generation endpoints (the chat page at /, /v1/models, /health, /metrics).
 #include <arpa/inet.h>
 
 #include <chrono>
@@ -7,6 +7,8 @@
 
 #include "base/log.h"
 #include "server/http_internal.h"
+#include "server/request_log.h"
+#include "server/web_page.h"
 
 namespace deltafin::server {
 
@@ -47,6 +49,27 @@ void HttpServer::Impl::SendError(httplib::Response& res, const ApiError& error,
   metrics.CountRequest(endpoint, error.status);
 }
 
+bool HttpServer::Impl::HandlePreflight(const httplib::Request& req, httplib::Response& res) {
+  if (!cors.enabled() || req.method != "OPTIONS" ||
+      !req.has_header("Access-Control-Request-Method")) {
+    return false;
+  }
+  const auto allow = cors.AllowOrigin(req.get_header_value("Origin"));
+  if (!allow || !CorsPolicy::AllowedMethod(req.get_header_value("Access-Control-Request-Method"))) {
+    SendError(res,
+              ApiError{403, "cross-origin request not allowed (see serve --cors-origin)",
+                       "invalid_request_error", "", "cors_forbidden"},
+              "preflight");
+    return true;
+  }
+  res.status = 204;
+  res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+  res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+  res.set_header("Access-Control-Max-Age", "600");
+  metrics.CountRequest("preflight", 204);
+  return true;
+}
+
 void HttpServer::Impl::Routes() {
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   auto model_json = [this, created] {
@@ -56,9 +79,14 @@ void HttpServer::Impl::Routes() {
                  {"owned_by", "deltafin"},
                  {"context_length", engine.info().context_capacity}};
   };
-  // Authentication first; /health stays open so that load balancers can probe it.
+  // Authentication first; /health stays open so that load balancers can probe it, and the chat
+  // page so that a browser can load it (the page holds no data; it sends the key it is given).
+  // CORS preflights come before it: browsers send them without credentials.
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.path.find("health") != std::string::npos || Authorized(req)) {
+    BeginRequestLog(req);
+    if (HandlePreflight(req, res)) return httplib::Server::HandlerResponse::Handled;
+    if (req.path.find("health") != std::string::npos || (opt.web_ui && req.path == "/") ||
+        Authorized(req)) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     SendError(res,
@@ -67,6 +95,28 @@ void HttpServer::Impl::Routes() {
               "auth");
     return httplib::Server::HandlerResponse::Handled;
   });
+  svr.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (const auto allow = cors.AllowOrigin(req.get_header_value("Origin"))) {
+      res.set_header("Access-Control-Allow-Origin", *allow);
+      res.set_header("Vary", "Origin");
+      res.set_header("Access-Control-Expose-Headers", "Retry-After");
+    }
+  });
+  svr.set_logger(LogRequest);
+  if (opt.web_ui) {
+    svr.Get("/", [this](const httplib::Request&, httplib::Response& res) {
+      const std::string_view page = ChatPage();
+      // The page loads nothing from anywhere: say so to the browser too.
+      res.set_header("Content-Security-Policy",
+                     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                     "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; "
+                     "frame-ancestors 'none'");
+      res.set_header("X-Content-Type-Options", "nosniff");
+      res.set_header("Cache-Control", "no-cache");
+      res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
+      metrics.CountRequest("page", 200);
+    });
+  }
   svr.Get(R"(/+health/*)", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
     metrics.CountRequest("health", 200);
@@ -136,6 +186,9 @@ Status HttpServer::Run() {
   if (!IsLoopback(s.opt.host) && s.opt.api_key.empty() && !s.opt.insecure_no_auth) {
     return Status::Error("refusing to listen on non-loopback address " + s.opt.host +
                          " without --api-key (use --insecure-no-auth to allow it)");
+  }
+  for (const std::string& origin : s.opt.cors_origins) {
+    if (std::string why = CheckCorsOrigin(origin); !why.empty()) return Status::Error(why);
   }
   if (s.opt.model_name.empty()) s.opt.model_name = "kimi-k3";
   s.scheduler =

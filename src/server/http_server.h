@@ -1,15 +1,17 @@
 // `deltafin serve`: the OpenAI-compatible HTTP server (docs/SERVER.md).
 //
-// Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/{id}], GET /health,
-// GET /metrics; a trailing slash and doubled slashes are tolerated. HTTP threads (cpp-httplib's
-// pool) parse, render and tokenize; the single engine worker (scheduler.h) generates. Streaming
-// responses send headers at once, SSE comment pings while nothing else is sent, and end with
-// `data: [DONE]` and the end of the body. A closed client connection cancels its job.
+// Routes: GET / (the web chat page, unless web_ui is off), POST /v1/chat/completions, POST
+// /v1/completions, GET /v1/models[/{id}], GET /health, GET /metrics; a trailing slash and doubled
+// slashes are tolerated. HTTP threads (cpp-httplib's pool) parse, render and tokenize; the single
+// engine worker (scheduler.h) generates. Streaming responses send headers at once, SSE comment
+// pings while nothing else is sent, and end with `data: [DONE]` and the end of the body. A closed
+// client connection cancels its job.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "deltafin/engine.h"
@@ -31,6 +33,8 @@ struct ServerOptions {
   int http_threads = 32;
   double read_timeout_s = 30;  // per read of a request (headers or body)
   bool log_prompts = false;
+  bool web_ui = true;                     // GET / serves the chat page (server/web_page.h)
+  std::vector<std::string> cors_origins;  // empty: no CORS headers at all (server/cors.h)
   int64_t prefill_piece = 32;
   RequestDefaults defaults;
 };

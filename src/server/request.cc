@@ -248,6 +248,7 @@ std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint e
     out->model = m->get<std::string>();
   }
   if (auto err = GetBool(obj, "stream", &out->stream)) return err;
+  if (auto err = GetBool(obj, "timings_per_token", &out->timings_per_token)) return err;
   if (const ojson* so = Get(obj, "stream_options"); so != nullptr) {
     if (!so->is_object()) return WrongType("stream_options", "an object");
     if (const ojson* u = Get(*so, "include_usage"); u != nullptr) {

@@ -41,6 +41,9 @@ struct GenerationRequest {
   std::string model;
   bool stream = false;
   bool include_usage = false;
+  // llama-server's extension: every streamed chunk carries the cumulative `timings` and this
+  // chunk's tokens' `token_timings` (docs/SERVER.md), not only the final chunk.
+  bool timings_per_token = false;
   std::optional<int64_t> max_tokens;  // max_completion_tokens or max_tokens (smaller if both)
   std::vector<std::string> stop;
   SamplingParams sampling;

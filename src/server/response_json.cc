@@ -1,6 +1,8 @@
 // Response shapes (OpenAI chat.completion / chat.completion.chunk / text_completion).
 #include "server/response_json.h"
 
+#include <algorithm>
+
 namespace deltafin::server {
 
 using ojson = nlohmann::ordered_json;
@@ -96,6 +98,65 @@ ojson Chunk(const ResponseMeta& meta, const OutputDelta& delta, bool first,
              {"choices", ojson::array({std::move(choice)})}};
   if (with_usage_null) j["usage"] = nullptr;
   return j;
+}
+
+Timings SumTimings(int64_t prompt_tokens, int64_t cached_tokens, double prefill_s,
+                   int64_t completion_tokens, std::span<const StepTiming> steps) {
+  Timings t;
+  t.cache_n = cached_tokens;
+  t.prompt_n = prompt_tokens - cached_tokens;
+  t.prompt_ms = prefill_s * 1e3;
+  t.predicted_n = completion_tokens;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (i > 0) t.predicted_ms += steps[i].wall_s * 1e3;
+    t.io_wait_ms += steps[i].io_wait_s * 1e3;
+    t.compute_ms += steps[i].compute_s * 1e3;
+    t.expert_bytes_read += steps[i].expert_bytes_read;
+  }
+  return t;
+}
+
+namespace {
+double PerSecond(double n, double ms) { return ms > 0 && n > 0 ? n * 1e3 / ms : 0; }
+double PerTokenMs(double n, double ms) { return n > 0 ? ms / n : 0; }
+}  // namespace
+
+ojson TimingsJson(const Timings& t) {
+  // The first completion token's logits come from the prefill, so predicted_ms covers
+  // predicted_n - 1 decode steps.
+  const double decode_steps = static_cast<double>(std::max<int64_t>(0, t.predicted_n - 1));
+  const double prompt_n = static_cast<double>(t.prompt_n);
+  return {{"cache_n", t.cache_n},
+          {"prompt_n", t.prompt_n},
+          {"prompt_ms", t.prompt_ms},
+          {"prompt_per_token_ms", PerTokenMs(prompt_n, t.prompt_ms)},
+          {"prompt_per_second", PerSecond(prompt_n, t.prompt_ms)},
+          {"predicted_n", t.predicted_n},
+          {"predicted_ms", t.predicted_ms},
+          {"predicted_per_token_ms", PerTokenMs(decode_steps, t.predicted_ms)},
+          {"predicted_per_second", PerSecond(decode_steps, t.predicted_ms)},
+          {"io_wait_ms", t.io_wait_ms},
+          {"compute_ms", t.compute_ms},
+          {"expert_bytes_read", t.expert_bytes_read}};
+}
+
+ojson TokenTimingsJson(std::span<const StepTiming> steps, size_t first_index) {
+  ojson out = ojson::array();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const StepTiming& s = steps[i];
+    const size_t index = first_index + i;
+    out.push_back({{"index", index},
+                   {"phase", index == 0 ? "prefill" : "decode"},
+                   {"ms", s.wall_s * 1e3},
+                   {"io_wait_ms", s.io_wait_s * 1e3},
+                   {"compute_ms", s.compute_s * 1e3},
+                   {"other_ms", std::max(0.0, (s.wall_s - s.io_wait_s - s.compute_s) * 1e3)},
+                   {"positions", s.positions},
+                   {"expert_bytes_read", s.expert_bytes_read},
+                   {"experts_needed", s.experts_needed},
+                   {"experts_in_ram", s.experts_in_ram}});
+  }
+  return out;
 }
 
 ojson UsageChunk(const ResponseMeta& meta, const Usage& usage) {

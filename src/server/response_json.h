@@ -8,6 +8,7 @@
 
 #include "server/output.h"
 #include "server/request.h"
+#include "server/timings.h"
 
 namespace deltafin::server {
 
@@ -36,6 +37,15 @@ nlohmann::ordered_json FullResponse(const ResponseMeta& meta, const OutputDelta&
 // with_usage_null: include "usage": null (when the client asked for a final usage chunk).
 nlohmann::ordered_json Chunk(const ResponseMeta& meta, const OutputDelta& delta, bool first,
                              const std::string& finish_reason, bool with_usage_null);
+// llama-server's `timings` object (prompt_n, prompt_ms, prompt_per_token_ms, prompt_per_second,
+// predicted_n, predicted_ms, predicted_per_token_ms, predicted_per_second, cache_n) plus
+// io_wait_ms, compute_ms and expert_bytes_read. Rates are 0 when there is nothing to divide.
+nlohmann::ordered_json TimingsJson(const Timings& timings);
+// `token_timings`: one object per step, for completion tokens first_index, first_index + 1, ...
+// {"index", "phase": "prefill"|"decode", "ms", "io_wait_ms", "compute_ms", "other_ms",
+//  "positions", "expert_bytes_read", "experts_needed", "experts_in_ram"}.
+nlohmann::ordered_json TokenTimingsJson(std::span<const StepTiming> steps, size_t first_index);
+
 // The usage chunk sent before [DONE] with stream_options.include_usage: empty choices.
 nlohmann::ordered_json UsageChunk(const ResponseMeta& meta, const Usage& usage);
 

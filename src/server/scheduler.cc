@@ -13,6 +13,19 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
+
+// The step from `before` (stats and time at the previous token) to now.
+StepTiming StepSince(const SessionStats& before, Clock::time_point since, const SessionStats& now) {
+  StepTiming t;
+  t.wall_s = Seconds(since);
+  t.io_wait_s = now.io_wait_seconds - before.io_wait_seconds;
+  t.compute_s = now.compute_seconds - before.compute_seconds;
+  t.expert_bytes_read = now.expert_bytes_read - before.expert_bytes_read;
+  t.experts_needed = now.expert_loads - before.expert_loads;
+  t.experts_in_ram = now.expert_cache_hits - before.expert_cache_hits;
+  t.positions = static_cast<int64_t>(now.positions - before.positions);
+  return t;
+}
 }  // namespace
 
 Scheduler::Scheduler(const Engine& engine, int max_queue, int64_t prefill_piece, Metrics* metrics)
@@ -81,11 +94,19 @@ void Scheduler::Run() {
       busy_ = true;
     }
     metrics_->SetRunning(true);
-    Process(*job);
-    metrics_->SetRunning(false);
+    Process(*job);  // ends with EndRunningJob
+  }
+}
+
+void Scheduler::EndRunningJob(Job& job, Job::End end, const std::string& error) {
+  // The worker is idle before the job's reader hears of the end: a client that sends its next
+  // request as soon as it has this answer must find the worker free (Submit's room), not busy.
+  metrics_->SetRunning(false);
+  {
     std::lock_guard lock(mu_);
     busy_ = false;
   }
+  Finish(job, end, error);
 }
 
 void Scheduler::Finish(Job& job, Job::End end, const std::string& error) {
@@ -103,7 +124,7 @@ void Scheduler::Process(Job& job) {
   auto should_end = [&] { return job.cancelled.load() || job.stop_requested.load(); };
   if (job.IsCancelled()) {
     metrics_->CountCancelled();
-    return Finish(job, Job::End::kCancelled);
+    return EndRunningJob(job, Job::End::kCancelled);
   }
   {
     std::lock_guard lock(job.mu);
@@ -120,13 +141,22 @@ void Scheduler::Process(Job& job) {
     fed_.clear();
   }
   metrics_->CountReuse(reuse > 0);
+  // Room for the tokens and their timings up front, so that most answers never regrow them.
+  {
+    const size_t expect = static_cast<size_t>(std::min<int64_t>(job.max_tokens, 4096));
+    std::lock_guard lock(job.mu);
+    job.tokens.reserve(expect);
+    job.steps.reserve(expect);
+  }
+  SessionStats step_stats = session_->stats();
   const auto t0 = Clock::now();
+  auto step_start = t0;
   for (size_t pos = reuse; pos < prompt.size(); pos += static_cast<size_t>(prefill_piece_)) {
     if (should_end()) {
       metrics_->AddPrompt(static_cast<int64_t>(prompt.size()), static_cast<int64_t>(reuse),
                           Seconds(t0));
       if (job.IsCancelled()) metrics_->CountCancelled();
-      return Finish(job, job.IsCancelled() ? Job::End::kCancelled : Job::End::kEos);
+      return EndRunningJob(job, job.IsCancelled() ? Job::End::kCancelled : Job::End::kEos);
     }
     const size_t n = std::min(prompt.size() - pos, static_cast<size_t>(prefill_piece_));
     Status st = session_->Prefill(std::span<const int32_t>(prompt.data() + pos, n));
@@ -134,7 +164,7 @@ void Scheduler::Process(Job& job) {
     if (!st.ok()) {
       session_->Reset();
       fed_.clear();
-      return Finish(job, Job::End::kError, st.message());
+      return EndRunningJob(job, Job::End::kError, st.message());
     }
     fed_.insert(fed_.end(), prompt.begin() + static_cast<ptrdiff_t>(pos),
                 prompt.begin() + static_cast<ptrdiff_t>(pos + n));
@@ -155,9 +185,14 @@ void Scheduler::Process(Job& job) {
   std::string error;
   for (;;) {
     const int32_t next = sampler.Sample(session_->Logits());
+    const SessionStats& now = session_->stats();
+    const StepTiming step = StepSince(step_stats, step_start, now);
+    step_stats = now;
+    step_start = Clock::now();
     {
       std::lock_guard lock(job.mu);
       job.tokens.push_back(next);
+      job.steps.push_back(step);
     }
     job.cv.notify_all();
     ++generated;
@@ -183,7 +218,7 @@ void Scheduler::Process(Job& job) {
   }
   metrics_->AddDecode(generated, Seconds(t1));
   if (end == Job::End::kCancelled) metrics_->CountCancelled();
-  Finish(job, end, error);
+  EndRunningJob(job, end, error);
 }
 
 }  // namespace deltafin::server

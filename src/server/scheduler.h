@@ -25,6 +25,7 @@
 #include "deltafin/engine.h"
 #include "server/metrics.h"
 #include "server/request.h"
+#include "server/timings.h"
 
 namespace deltafin::server {
 
@@ -39,13 +40,14 @@ struct Job {
   // Worker -> reader. Guarded by mu; cv signals every change.
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<int32_t> tokens;  // generated so far (reader keeps its own cursor)
-  bool started = false;         // the worker took the job (prefill running)
-  bool prefilled = false;       // prompt processed; first token follows
-  int64_t cached_tokens = 0;    // prompt tokens reused from the saved state
+  std::vector<int32_t> tokens;    // generated so far (reader keeps its own cursor)
+  std::vector<StepTiming> steps;  // steps[i]: the engine work that produced tokens[i]
+  bool started = false;           // the worker took the job (prefill running)
+  bool prefilled = false;         // prompt processed; first token follows
+  int64_t cached_tokens = 0;      // prompt tokens reused from the saved state
   End end = End::kNone;
   std::string error;
-  double prefill_seconds = 0;
+  double prefill_seconds = 0;  // the prefill of the uncached prompt (set with `prefilled`)
 
   // The client is gone: counted as cancelled in /metrics.
   void Cancel() { cancelled.store(true); }
@@ -76,6 +78,8 @@ class Scheduler {
   void Run();
   void Process(Job& job);
   void Finish(Job& job, Job::End end, const std::string& error = "");
+  // Marks the worker idle, then finishes the job it was running.
+  void EndRunningJob(Job& job, Job::End end, const std::string& error = "");
   void PublishStats();
 
   const Engine& engine_;

@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
 """Raw HTTP and load checks of `deltafin serve` (ctest server_http, via run_http_test.sh).
 
-  http_test.py BASE_URL SERVER_PID   (a server started with --max-queue 2 --ping-interval 0.1
-                                      --max-body-mib 1 --read-timeout 1)
+  http_test.py BASE_URL SERVER_PID SERVER_LOG CORS_URL
+      BASE_URL: a server started with --max-queue 2 --ping-interval 0.1 --max-body-mib 1
+      --read-timeout 1 and no --cors-origin, logging to SERVER_LOG; CORS_URL: one started with
+      --cors-origin http://allowed.example --api-key sekrit
 
 SSE framing byte by byte over a raw socket, keep-alive comments during a long prefill, [DONE]
 followed by the end of the body, the queue under concurrent load (200s and 429s, no crash, RSS
 stable), other endpoints answering during generation, bad bodies, slow and stalled clients, a
-non-streaming client that disconnects, and conversation state reuse over a 3-turn chat.
+non-streaming client that disconnects, conversation state reuse over a 3-turn chat, `timings`
+in responses, CORS (none without --cors-origin; preflights and origins with it), the web chat
+page's headers, and the request log (timestamp, level, status and timings on every line).
 """
+import re
 import json
 import socket
 import sys
@@ -18,6 +23,7 @@ import urllib.error
 import urllib.request
 
 BASE, PID = sys.argv[1].rstrip("/"), int(sys.argv[2])
+LOG, CORS_BASE = sys.argv[3], sys.argv[4].rstrip("/")
 HOST, PORT = BASE.split("//")[1].split("/")[0].split(":")
 PORT = int(PORT)
 CHAT = [{"role": "user", "content": "Hello! What is the capital of France?"}]
@@ -28,9 +34,10 @@ def check(cond, what):
         raise AssertionError(what)
 
 
-def request(method, path, body=None, headers=None, timeout=60):
+def request(method, path, body=None, headers=None, timeout=60, base=None):
     data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-    req = urllib.request.Request(BASE.replace("/v1", "") + path, data=data, method=method,
+    req = urllib.request.Request((base or BASE).replace("/v1", "") + path, data=data,
+                                 method=method,
                                  headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -268,10 +275,144 @@ def test_conversation_reuse():
     print("ok - conversation state reuse over 3 turns; an unrelated prompt starts fresh")
 
 
+def test_timings():
+    """llama-server's `timings` in whole responses and in the final chunk; per token on request."""
+    status, _, out = request("POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 5})
+    t = json.loads(out)["timings"]
+    usage = json.loads(out)["usage"]
+    check(t["predicted_n"] == 5 and t["prompt_n"] + t["cache_n"] == usage["prompt_tokens"], t)
+    check(t["prompt_ms"] > 0 and t["predicted_ms"] > 0 and t["predicted_per_second"] > 0, t)
+    check(abs(t["predicted_per_token_ms"] * 4 - t["predicted_ms"]) < 1e-6 * t["predicted_ms"], t)
+    for key in ["prompt_per_second", "prompt_per_token_ms", "io_wait_ms", "compute_ms",
+                "expert_bytes_read"]:
+        check(key in t, f"timings lacks {key}")
+    _, chunks, _ = raw_stream({"messages": CHAT, "max_tokens": 6, "stream": True})
+    datas = [json.loads(e[6:]) for e in b"".join(c for _, c in chunks).decode().split("\n\n")
+             if e.startswith("data: {")]
+    check("timings" in datas[-1] and datas[-1]["choices"][0]["finish_reason"], datas[-1])
+    check(all("timings" not in d and "token_timings" not in d for d in datas[:-1]),
+          "timings before the final chunk without timings_per_token")
+    _, chunks, _ = raw_stream({"messages": CHAT, "max_tokens": 6, "stream": True,
+                               "timings_per_token": True})
+    datas = [json.loads(e[6:]) for e in b"".join(c for _, c in chunks).decode().split("\n\n")
+             if e.startswith("data: {")]
+    steps = [s for d in datas for s in d.get("token_timings", [])]
+    check([s["index"] for s in steps] == list(range(6)), f"token_timings indices {steps}")
+    check(steps[0]["phase"] == "prefill" and steps[0]["positions"] > 1, steps[0])
+    check(all(s["phase"] == "decode" and s["positions"] == 1 for s in steps[1:]), steps)
+    for s in steps:  # each step's forward passes: I/O wait + compute, within its wall time
+        check(s["io_wait_ms"] >= 0 and s["compute_ms"] > 0, s)
+        check(s["io_wait_ms"] + s["compute_ms"] <= s["ms"] * 1.001 + 0.01, s)
+    total = sum(s["ms"] for s in steps[1:])
+    final = datas[-1]["timings"]
+    check(abs(final["predicted_ms"] - total) < 1e-6 * total + 1e-9, (final, total))
+    check(all("timings" in d for d in datas), "timings_per_token: timings in every chunk")
+    print(f"ok - timings: {t['predicted_per_second']:.1f} decode tok/s, prefill "
+          f"{t['prompt_per_second']:.0f} tok/s; token_timings for 6 tokens sum to predicted_ms")
+
+
+def test_no_cors_without_the_flag():
+    origin = {"Origin": "http://elsewhere.example"}
+    answers = [request("GET", "/v1/models", headers=origin),
+               request("POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 1},
+                       headers=origin),
+               request("OPTIONS", "/v1/chat/completions",
+                       headers={**origin, "Access-Control-Request-Method": "POST",
+                                "Access-Control-Request-Headers": "content-type"}),
+               request("GET", "/", headers=origin)]
+    for status, headers, _ in answers:
+        cors = [h for h in headers if h.lower().startswith("access-control-")]
+        check(cors == [], f"CORS headers without --cors-origin: {cors}")
+    check(answers[2][0] == 404, f"preflight without --cors-origin: {answers[2][0]}")
+    print("ok - no Access-Control-* headers without --cors-origin (GET, POST, preflight, page)")
+
+
+def test_cors_with_the_flag():
+    allowed, other = "http://allowed.example", "http://other.example"
+    pre = {"Access-Control-Request-Method": "POST",
+           "Access-Control-Request-Headers": "authorization, content-type"}
+    # A preflight carries no credentials, so it is answered before the API key check.
+    status, h, _ = request("OPTIONS", "/v1/chat/completions", base=CORS_BASE,
+                           headers={"Origin": allowed, **pre})
+    check(status == 204, f"allowed preflight: {status}")
+    check(h.get("Access-Control-Allow-Origin") == allowed and "POST" in
+          h.get("Access-Control-Allow-Methods", "") and "authorization" in
+          h.get("Access-Control-Allow-Headers", "").lower() and h.get("Vary") == "Origin", h)
+    status, h, _ = request("OPTIONS", "/v1/chat/completions", base=CORS_BASE,
+                           headers={"Origin": other, **pre})
+    check(status == 403 and "Access-Control-Allow-Origin" not in h, f"other origin: {status} {h}")
+    status, h, _ = request("OPTIONS", "/v1/chat/completions", base=CORS_BASE,
+                           headers={"Origin": allowed, "Access-Control-Request-Method": "PUT"})
+    check(status == 403, f"preflight for PUT: {status}")
+    key = {"Authorization": "Bearer sekrit"}
+    status, h, out = request("POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 1},
+                             base=CORS_BASE, headers={"Origin": allowed, **key})
+    check(status == 200 and h.get("Access-Control-Allow-Origin") == allowed, f"{status} {h}")
+    check("Retry-After" in h.get("Access-Control-Expose-Headers", ""), h)
+    # Errors carry the header too, so that the page can read why (here: no key).
+    status, h, _ = request("GET", "/v1/models", base=CORS_BASE, headers={"Origin": allowed})
+    check(status == 401 and h.get("Access-Control-Allow-Origin") == allowed, f"{status} {h}")
+    status, h, _ = request("GET", "/v1/models", base=CORS_BASE, headers={"Origin": other, **key})
+    check(status == 200 and "Access-Control-Allow-Origin" not in h, f"other origin GET: {h}")
+    status, h, _ = request("GET", "/v1/models", base=CORS_BASE, headers=key)
+    check(status == 200 and "Access-Control-Allow-Origin" not in h, "no Origin, no CORS headers")
+    print("ok - --cors-origin: preflight 204 before auth, 403 for other origins/methods; "
+          "Allow-Origin only for the allowed origin, on errors too")
+
+
+def test_chat_page():
+    status, h, out = request("GET", "/")
+    check(status == 200 and h["Content-Type"].startswith("text/html"), f"GET /: {status} {h}")
+    csp = h.get("Content-Security-Policy", "")
+    check("default-src 'none'" in csp and "connect-src 'self'" in csp, csp)
+    page = out.decode()
+    check("/v1/chat/completions" in page and "<script" in page, "not the chat page")
+    check(not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page), "external reference")
+    # The page is public (it holds nothing), the API behind it is not.
+    status, _, _ = request("GET", "/", base=CORS_BASE)
+    check(status == 200, f"page behind --api-key: {status}")
+    print(f"ok - GET / serves the {len(out)}-byte chat page with a CSP that forbids other origins")
+
+
+LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (DEBUG|INFO|WARN|ERROR) (.*)$")
+REQUEST = re.compile(r"^127\.0\.0\.1:\d+ (GET|POST|OPTIONS) (\S+) (\d{3})(?: (\d+\.\d{3})s(?: (.*))?)?$")
+
+
+def test_request_log():
+    """Every log line has a timestamp and a level; every request one line with its status."""
+    with open(LOG) as f:
+        lines = f.read().splitlines()
+    seen = {}
+    for line in lines:
+        m = LINE.match(line)
+        check(m, f"log line without timestamp and level: {line!r}")
+        r = REQUEST.match(m.group(2))
+        if r:
+            seen.setdefault((r.group(1), r.group(2).rstrip("/"), int(r.group(3))), []).append(r)
+    for key in [("GET", "/health", 200), ("GET", "/metrics", 200), ("GET", "/v1/models", 200),
+                ("POST", "/v1/chat/completions", 200), ("POST", "/v1/completions", 429),
+                ("POST", "/v1/completions", 413), ("GET", "/v1/nothing", 404),
+                ("POST", "/v1/chat/completions", 400), ("POST", "/v1/chat/completions", 499),
+                ("GET", "", 200)]:
+        check(key in seen, f"no log line for {key}")
+    for r in seen[("POST", "/v1/chat/completions", 200)]:
+        check(r.group(4) and re.match(r"chatcmpl-\w+ prompt=\d+ cached=\d+ completion=\d+ "
+                                      r"ttft=[\d.-]+s prefill=\d+/[\d.]+s decode=\d+/[\d.]+s "
+                                      r"io_wait=[\d.]+s$", r.group(5) or ""), r.group(0))
+    check(any((r.group(5) or "").endswith(" cancelled")
+              for r in seen[("POST", "/v1/chat/completions", 499)]), "499 not marked cancelled")
+    check(all(r.group(4) for r in seen[("GET", "/health", 200)]), "request without a duration")
+    print(f"ok - {len(lines)} log lines, all timestamped with a level; one per request with "
+          f"status and duration ({sum(len(v) for v in seen.values())} requests)")
+
+
 for t in [test_sse_framing, test_pings_during_long_prefill, test_paths_and_bad_requests,
           test_slow_and_stalled_clients, test_nonstreaming_disconnect_cancels, test_bounded_load,
-          test_conversation_reuse]:
+          test_conversation_reuse, test_timings, test_no_cors_without_the_flag,
+          test_cors_with_the_flag, test_chat_page]:
     t()
+time.sleep(0.2)  # the last response's log line is written after its last byte
+test_request_log()
 status, _, _ = request("GET", "/health")
 check(status == 200, "server died")
 print("all passed")

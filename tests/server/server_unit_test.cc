@@ -1,12 +1,15 @@
 // Unit tests of the server's pure parts: request parsing and validation, the sampler, stop
 // sequences held back while streaming, the token-stream -> reasoning/content/tool-call assembler
-// (on synthetic K3 output built with the golden tiny tokenizer), and the response JSON shapes.
+// (on synthetic K3 output built with the golden tiny tokenizer), the response JSON shapes and
+// timings, the CORS policy, and log levels.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "base/log.h"
 #include "deltafin/engine.h"
+#include "server/cors.h"
 #include "server/output.h"
 #include "server/request.h"
 #include "server/response_json.h"
@@ -282,6 +285,79 @@ TEST(ResponseJsonTest, ChunksAndUsage) {
   auto u = UsageChunk(meta, Usage{3, 4, 1, 0});
   EXPECT_TRUE(u["choices"].empty());
   EXPECT_EQ(u["usage"]["prompt_tokens_details"]["cached_tokens"], 1);
+}
+
+TEST(ResponseJsonTest, TimingsAsLlamaServerPlusTheIoSplit) {
+  // A prefill of 10 new tokens (4 reused) in 0.5 s, then 3 decode steps of 0.2 s.
+  std::vector<StepTiming> steps(4);
+  steps[0] = {0.501, 0.1, 0.4, 1000, 20, 5, 10};
+  for (size_t i = 1; i < 4; ++i) steps[i] = {0.2, 0.15, 0.04, 500, 8, 2, 1};
+  const Timings t = SumTimings(14, 4, 0.5, 4, steps);
+  auto j = TimingsJson(t);
+  EXPECT_EQ(j["cache_n"], 4);
+  EXPECT_EQ(j["prompt_n"], 10);
+  EXPECT_DOUBLE_EQ(j["prompt_ms"].get<double>(), 500);
+  EXPECT_DOUBLE_EQ(j["prompt_per_second"].get<double>(), 20);
+  EXPECT_DOUBLE_EQ(j["prompt_per_token_ms"].get<double>(), 50);
+  EXPECT_EQ(j["predicted_n"], 4);
+  EXPECT_NEAR(j["predicted_ms"].get<double>(), 600, 1e-9);
+  // The first token came from the prefill: 3 decode steps in 0.6 s.
+  EXPECT_NEAR(j["predicted_per_second"].get<double>(), 5, 1e-9);
+  EXPECT_NEAR(j["predicted_per_token_ms"].get<double>(), 200, 1e-9);
+  EXPECT_NEAR(j["io_wait_ms"].get<double>(), 100 + 3 * 150, 1e-9);
+  EXPECT_NEAR(j["compute_ms"].get<double>(), 400 + 3 * 40, 1e-9);
+  EXPECT_EQ(j["expert_bytes_read"], 2500);
+  // One token: no decode step, so no rate rather than a division by zero.
+  auto one = TimingsJson(SumTimings(3, 0, 0.1, 1, std::span(steps).first(1)));
+  EXPECT_EQ(one["predicted_per_second"], 0.0);
+  EXPECT_EQ(one["predicted_ms"], 0.0);
+
+  auto tt = TokenTimingsJson(std::span(steps).subspan(0, 2), 0);
+  ASSERT_EQ(tt.size(), 2u);
+  EXPECT_EQ(tt[0]["phase"], "prefill");
+  EXPECT_EQ(tt[0]["positions"], 10);
+  EXPECT_EQ(tt[1]["phase"], "decode");
+  EXPECT_EQ(tt[1]["index"], 1);
+  EXPECT_NEAR(tt[1]["other_ms"].get<double>(), 10, 1e-9);
+  EXPECT_EQ(tt[1]["experts_in_ram"], 2);
+  EXPECT_EQ(TokenTimingsJson(std::span(steps).subspan(3), 3)[0]["index"], 3);
+}
+
+TEST(CorsTest, OffUnlessOriginsAreGiven) {
+  EXPECT_FALSE(CorsPolicy().enabled());
+  EXPECT_FALSE(CorsPolicy().AllowOrigin("http://localhost:3000"));
+  CorsPolicy some({"http://localhost:3000", "https://chat.example"});
+  EXPECT_EQ(some.AllowOrigin("http://localhost:3000"), "http://localhost:3000");
+  EXPECT_EQ(some.AllowOrigin("https://chat.example"), "https://chat.example");
+  EXPECT_FALSE(some.AllowOrigin("http://localhost:3001"));
+  EXPECT_FALSE(some.AllowOrigin("https://chat.example.evil"));
+  EXPECT_FALSE(some.AllowOrigin(""));
+  EXPECT_EQ(CorsPolicy({"*"}).AllowOrigin("http://anything:1"), "*");
+  EXPECT_TRUE(CorsPolicy::AllowedMethod("POST"));
+  EXPECT_FALSE(CorsPolicy::AllowedMethod("DELETE"));
+}
+
+TEST(CorsTest, ChecksOriginSpelling) {
+  EXPECT_EQ(CheckCorsOrigin("*"), "");
+  EXPECT_EQ(CheckCorsOrigin("http://localhost:3000"), "");
+  EXPECT_EQ(CheckCorsOrigin("https://chat.example"), "");
+  for (const char* bad : {"localhost:3000", "http://", "http://x/", "http://x/chat", "ftp://x",
+                          "http://x:", "http://Chat.example"}) {
+    EXPECT_NE(CheckCorsOrigin(bad), "") << bad;
+  }
+}
+
+TEST(LogTest, LevelsParseAndFilter) {
+  EXPECT_EQ(ParseLogLevel("debug"), LogLevel::kDebug);
+  EXPECT_EQ(ParseLogLevel("warn"), LogLevel::kWarn);
+  EXPECT_EQ(ParseLogLevel("error"), LogLevel::kError);
+  EXPECT_FALSE(ParseLogLevel("verbose"));
+  SetLogLevel(LogLevel::kWarn);
+  EXPECT_FALSE(LogEnabled(LogLevel::kInfo));
+  EXPECT_TRUE(LogEnabled(LogLevel::kError));
+  SetLogLevel(LogLevel::kInfo);
+  EXPECT_TRUE(LogEnabled(LogLevel::kInfo));
+  EXPECT_FALSE(LogEnabled(LogLevel::kDebug));
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 # Included from tests/CMakeLists.txt (paths relative to tests/). Server tests: unit tests of the
-# pure parts (gtest), the OpenAI Node SDK client test and the raw HTTP / load tests (e2e), all on
-# loopback against `deltafin serve` with the tiny model.
+# pure parts (gtest), the OpenAI Node SDK client test, the raw HTTP / load tests and the web chat
+# page in headless chromium (e2e), all on loopback against `deltafin serve` with the tiny model.
 df_test(server_unit_test LABEL unit SOURCES server/server_unit_test.cc DEPS df_server)
 
 find_program(DF_NODE node)
@@ -10,6 +10,12 @@ if(DF_NODE AND DF_NPM)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/run_sdk_test.sh $<TARGET_FILE:deltafin>
                    ${CMAKE_CURRENT_BINARY_DIR}/server-sdk)
   set_tests_properties(server_sdk PROPERTIES LABELS e2e TIMEOUT 300)
+  # Fails with a clear message when chromium is missing (tools/install-deps.sh installs it). The
+  # browser part is bounded at 60 s; the rest is npm ci (first run) and the tiny model.
+  add_test(NAME server_browser
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/run_browser_test.sh
+                   $<TARGET_FILE:deltafin> ${CMAKE_CURRENT_BINARY_DIR}/server-browser)
+  set_tests_properties(server_browser PROPERTIES LABELS e2e TIMEOUT 180)
 endif()
 add_test(NAME server_http
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/run_http_test.sh $<TARGET_FILE:deltafin>
