@@ -10,6 +10,7 @@
 #include <string>
 
 #include "server/api_error.h"
+#include "server/gated_server.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
@@ -29,13 +30,14 @@ struct HttpServer::Impl {
   bool Authorized(const httplib::Request& req) const;
   void SendError(httplib::Response& res, const ApiError& error, const std::string& endpoint);
   void HandleGeneration(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  static GateOptions GateOptionsFor(const ServerOptions& opt);
 
   const Engine& engine;
   const tokenizer::Tokenizer& tok;
   ServerOptions opt;
   Metrics metrics;
   std::unique_ptr<Scheduler> scheduler;
-  httplib::Server svr;
+  GatedServer svr{GateOptionsFor(opt)};
   std::atomic<int> port{0};
 };
 

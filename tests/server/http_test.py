@@ -2,7 +2,8 @@
 """Raw HTTP and load checks of `deltafin serve` (ctest server_http, via run_http_test.sh).
 
   http_test.py BASE_URL SERVER_PID   (a server started with --max-queue 2 --ping-interval 0.1
-                                      --max-body-mib 1 --read-timeout 1)
+                                      --max-body-mib 1 --read-timeout 1
+                                      --header-timeout 2)
 
 SSE framing byte by byte over a raw socket, keep-alive comments during a long prefill, [DONE]
 followed by the end of the body, the queue under concurrent load (200s and 429s, no crash, RSS
@@ -149,7 +150,7 @@ def test_slow_and_stalled_clients():
     # A client that sends its request one byte at a time is served correctly...
     req = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     slow = socket.create_connection((HOST, PORT), timeout=30)
-    # ...and a client that stalls mid-headers is dropped after --read-timeout (1 s).
+    # ...and a client that stalls mid-headers is dropped after --header-timeout (2 s).
     stalled = socket.create_connection((HOST, PORT), timeout=30)
     stalled.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
     t0 = time.monotonic()

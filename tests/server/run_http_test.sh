@@ -20,7 +20,7 @@ grep -q "insecure-no-auth" <<<"$out" || { echo "unexpected refusal: $out" >&2; e
 echo "ok - non-loopback bind without --api-key refused"
 
 start_server base "$work/serve.log" --model "$work/model" --threads 1 --max-queue 2 \
-  --ping-interval 0.1 --max-body-mib 1 --read-timeout 1
+  --ping-interval 0.1 --max-body-mib 1 --read-timeout 1 --header-timeout 2
 python3 "$src/http_test.py" "$base" "$base_pid" || { echo "--- server log"; tail -30 "$work/serve.log"; exit 1; }
 # No prompt or output text in the log without --log-prompts.
 if grep -q "capital of France" "$work/serve.log"; then echo "prompt text was logged" >&2; exit 1; fi
