@@ -129,12 +129,31 @@ def test_slow_headers():
         opened.append(time.monotonic())
     t_open = time.monotonic() - opened[0]
     time.sleep(0.2)  # let the accept loop catch up
-    check(open_fds() >= fds_before + n - 5, "the server does not hold the slow connections")
+    held = [open_fds() - fds_before]  # the server's sockets, measured before any timeout
     # One byte per second on every connection, for the header timeout plus 3 s; meanwhile other
     # clients must be served promptly.
     results = [None] * n  # (seconds from open to the server's answer or close, first bytes)
-    probes, chats, sent = [], [], 0
+    probes, chats, failures, sent = [], [], [], 0
     t0 = time.monotonic()
+    held_until = t0 + HEADER_TIMEOUT_S - 0.5  # every slow connection is still held until then
+
+    def probe(kind):  # other clients, served while the slow connections are held
+        while time.monotonic() < held_until:
+            p0 = time.monotonic()
+            if kind == "chat":
+                status, _, out = chat(max_tokens=2)
+            else:
+                status, _, out = request("GET", "/health", timeout=5)
+            if time.monotonic() < held_until:
+                (chats if kind == "chat" else probes).append(time.monotonic() - p0)
+            if status != 200:
+                failures.append((kind, status, out[:200]))
+            if kind != "chat":
+                time.sleep(0.1)
+
+    probers = [threading.Thread(target=probe, args=(k,)) for k in ("health", "chat")]
+    for t in probers:
+        t.start()
     while time.monotonic() - t0 < HEADER_TIMEOUT_S + 3:
         for i, s in enumerate(socks):
             if results[i] is not None:
@@ -145,16 +164,6 @@ def test_slow_headers():
                 pass  # the server closed it; the read below records when
         sent += 1
         tick = time.monotonic()
-        if tick - t0 < HEADER_TIMEOUT_S - 1:  # while every slow connection is still held
-            p0 = time.monotonic()
-            status, _, _ = request("GET", "/health", timeout=5)
-            probes.append(time.monotonic() - p0)
-            check(status == 200, f"/health during the slow connections: {status}")
-            if len(chats) < 2:
-                c0 = time.monotonic()
-                status, _, out = chat(max_tokens=4)
-                check(status == 200, f"a chat during the slow connections: {status} {out!r}")
-                chats.append(time.monotonic() - c0)
         while time.monotonic() - tick < 1.0:
             for i, s in enumerate(socks):
                 if results[i] is not None:
@@ -170,6 +179,10 @@ def test_slow_headers():
             time.sleep(0.05)
     for s in socks:
         s.close()
+    for t in probers:
+        t.join(timeout=30)
+    check(not failures, f"requests failed while the slow connections were held: {failures}")
+    check(len(probes) >= 10 and chats, f"only {len(probes)} probes and {len(chats)} chats")
     check(all(r is not None for r in results),
           f"{sum(r is None for r in results)} slow connections still open after "
           f"{HEADER_TIMEOUT_S + 3} s")
@@ -179,9 +192,11 @@ def test_slow_headers():
     check(min(answered) >= HEADER_TIMEOUT_S - 0.1, f"a 408 after {min(answered):.2f} s")
     check(max(answered) < HEADER_TIMEOUT_S + 1.5, f"a 408 after {max(answered):.2f} s")
     check(max(probes) < 0.5, f"/health took {max(probes):.2f} s with {n} slow connections")
-    print(f"ok - slow headers: {n} connections held (opened in {t_open:.2f} s), each sending a "
-          f"byte per second; {len(probes)} /health probes meanwhile (max {max(probes) * 1000:.0f}"
-          f" ms), {len(chats)} chats (max {max(chats):.2f} s); all {n} got 408 after "
+    check(held[0] >= n, f"the server held {held[0]} connections at most, not {n}")
+    print(f"ok - slow headers: {n} connections held (opened in {t_open:.2f} s; the server's open "
+          f"fds +{held[0]}), each sending a byte per second; meanwhile {len(probes)} /health "
+          f"probes (max {max(probes) * 1000:.0f} ms) and {len(chats)} chats (max "
+          f"{max(chats):.2f} s) served; all {n} got 408 after "
           f"{min(answered):.2f}-{max(answered):.2f} s (header timeout {HEADER_TIMEOUT_S} s)")
 
 
@@ -416,10 +431,27 @@ def test_disconnects():
 
 
 def soak_one(i):
+    # Mostly short completions (a chat's template alone is ~240 tokens of prefill); a chat, a
+    # sampled chat with stop sequences and a streamed chat every 50.
     kind = i % 10
-    if kind in (0, 5):
+    if i % 50 == 0:
         status, _, out = chat(max_tokens=4)
         check(status == 200, out)
+    elif i % 50 == 25:
+        status, _, out = chat(max_tokens=3, stream=True)
+        check(status == 200 and out.endswith(b"data: [DONE]\n\n"), out[-100:])
+    elif i % 50 == 9:
+        msgs = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": f"Question {i}: " + "why? " * (i % 40)}]
+        status, _, out = request("POST", "/v1/chat/completions",
+                                 {"messages": msgs, "max_tokens": 3, "stop": ["x"],
+                                  "temperature": 0.7, "seed": i})
+        check(status == 200, out)
+    elif kind in (0, 5, 9):
+        status, _, out = request("POST", "/v1/completions",
+                                 {"prompt": f"Soak {i}: " + "more " * (i % 30), "max_tokens": 4,
+                                  "temperature": 0.5 * (i % 3), "seed": i, "stop": ["zz"]})
+        check(status == 200 and json.loads(out)["choices"][0]["text"] is not None, out)
     elif kind == 1:
         status, _, out = request("POST", "/v1/completions",
                                  {"prompt": f"Soak request {i}", "max_tokens": 4, "stream": True})
@@ -442,7 +474,8 @@ def soak_one(i):
         s.close()
     elif kind == 7:
         before = metric("deltafin_requests_cancelled_total")
-        s = start_stream({"messages": CHAT, "max_tokens": 3000, "stream": True})
+        s = start_stream({"prompt": f"Leave {i}", "max_tokens": 3000, "stream": True},
+                         "/v1/completions")
         read_until(s, b"data: {")
         s.close()
         wait_cancelled(before)
@@ -451,12 +484,7 @@ def soak_one(i):
         status, _, _ = request("POST", "/v1/completions", b'{"prompt": "\xff\xfe"}')
         check(status == 400, "bad UTF-8")
     else:
-        msgs = [{"role": "system", "content": "Be brief."},
-                {"role": "user", "content": f"Question {i}: " + "why? " * (i % 40)}]
-        status, _, out = request("POST", "/v1/chat/completions",
-                                 {"messages": msgs, "max_tokens": 3, "stop": ["x"],
-                                  "temperature": 0.7, "seed": i})
-        check(status == 200, out)
+        raise AssertionError(f"no soak kind {kind}")
 
 
 def test_soak():
@@ -477,8 +505,8 @@ def test_soak():
     check(rss_end <= rss_first * 1.10,
           f"RSS grew from {rss_first} KiB after {first} requests to {rss_end} KiB after {n}")
     check(fds_end <= fds0 + 2, f"file descriptors {fds0} -> {fds_end}: connections leaked")
-    print(f"ok - soak: {n} mixed requests (chat, stream, GETs, bad JSON, 404, 413, disconnect, "
-          f"bad UTF-8, sampled chat) in {took:.1f} s; RSS {rss_first} KiB after {first} -> "
+    print(f"ok - soak: {n} mixed requests (completions plain, sampled and streamed, chats, GETs, "
+          f"bad JSON, 404, 413, disconnects, bad UTF-8) in {took:.1f} s; RSS {rss_first} KiB after {first} -> "
           f"{rss_end} KiB after {n} ({(rss_end / rss_first - 1) * 100:+.1f}%, limit +10%); "
           f"open fds {fds0} -> {fds_end}")
 
@@ -486,7 +514,9 @@ def test_soak():
 t_all = time.monotonic()
 for case in [test_slow_headers, test_body_limit, test_deep_json, test_invalid_utf8,
              test_queue_of_4, test_disconnects, test_soak]:
+    t_case = time.monotonic()
     case()
+    print(f"     ({case.__name__}: {time.monotonic() - t_case:.1f} s)")
 status, _, _ = request("GET", "/health")
 check(status == 200, "server died")
 print(f"all passed in {time.monotonic() - t_all:.1f} s")
