@@ -432,15 +432,15 @@ def test_disconnects():
 
 def soak_one(i):
     # Mostly short completions (a chat's template alone is ~240 tokens of prefill); a chat, a
-    # sampled chat with stop sequences and a streamed chat every 50.
+    # sampled chat with stop sequences and a streamed chat every 100.
     kind = i % 10
-    if i % 50 == 0:
+    if i % 100 == 0:
         status, _, out = chat(max_tokens=4)
         check(status == 200, out)
-    elif i % 50 == 25:
+    elif i % 100 == 50:
         status, _, out = chat(max_tokens=3, stream=True)
         check(status == 200 and out.endswith(b"data: [DONE]\n\n"), out[-100:])
-    elif i % 50 == 9:
+    elif i % 100 == 9:
         msgs = [{"role": "system", "content": "Be brief."},
                 {"role": "user", "content": f"Question {i}: " + "why? " * (i % 40)}]
         status, _, out = request("POST", "/v1/chat/completions",
@@ -491,12 +491,19 @@ def test_soak():
     n, first = 200, 20
     fds0 = open_fds()
     t0 = time.monotonic()
-    for i in range(first):
+    spent = {}
+
+    def timed(i):
+        t = time.monotonic()
         soak_one(i)
+        spent[i % 10] = spent.get(i % 10, 0) + time.monotonic() - t
+
+    for i in range(first):
+        timed(i)
     wait_idle()
     rss_first = rss_kib()
     for i in range(first, n):
-        soak_one(i)
+        timed(i)
     wait_idle()
     rss_end = rss_kib()
     time.sleep(0.5)  # closed connections leave the gate
@@ -508,7 +515,8 @@ def test_soak():
     print(f"ok - soak: {n} mixed requests (completions plain, sampled and streamed, chats, GETs, "
           f"bad JSON, 404, 413, disconnects, bad UTF-8) in {took:.1f} s; RSS {rss_first} KiB after {first} -> "
           f"{rss_end} KiB after {n} ({(rss_end / rss_first - 1) * 100:+.1f}%, limit +10%); "
-          f"open fds {fds0} -> {fds_end}")
+          f"open fds {fds0} -> {fds_end}; seconds by kind (i % 10): "
+          f"{', '.join(f'{k}: {v:.1f}' for k, v in sorted(spent.items()))}")
 
 
 t_all = time.monotonic()
