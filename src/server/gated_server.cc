@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -201,9 +202,13 @@ class GatedServer::Gate final : public httplib::TaskQueue {
 
   // A connection waiting for a request head: a new one, or a kept-alive one after a response.
   void Hold(int fd, size_t served, bool draining) {
+    // A kept-alive connection gets the whole seconds its Keep-Alive header announced (the header
+    // timeout rounded up), so that a client never finds it closed earlier than it was told.
     const auto wait = draining ? Clock::duration(kDrainTime)
-                               : std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(server_.opt_.header_timeout_s));
+                      : served > 0
+                          ? Clock::duration(std::chrono::seconds(server_.keep_alive_timeout_sec_))
+                          : std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(server_.opt_.header_timeout_s));
     {
       std::lock_guard lock(mu_);
       if (!stopping_) {
@@ -390,6 +395,8 @@ GatedServer::GatedServer(GateOptions options) : opt_(std::move(options)) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
+  // The Keep-Alive header cpp-httplib sends announces this; Gate::Hold keeps to it.
+  set_keep_alive_timeout(static_cast<time_t>(std::ceil(opt_.header_timeout_s)));
   new_task_queue = [this] {
     // Called by listen_internal once the socket is bound, before the first accept.
     ::listen(svr_sock_, kListenBacklog);

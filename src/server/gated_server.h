@@ -8,8 +8,9 @@
 // without a thread, until a complete request head (up to the blank line) has arrived; only then
 // does a pool thread parse and answer that one request, and a keep-alive connection goes back to
 // the gate afterwards. Rules the gate enforces:
-//   - a head must be complete within header_timeout of the accept (or of the previous response):
-//     otherwise 408 (a keep-alive connection that sent nothing is just closed);
+//   - a head must be complete within header_timeout of the accept (of the previous response:
+//     header_timeout rounded up to whole seconds, as the Keep-Alive header says): otherwise 408
+//     (a keep-alive connection that sent nothing is just closed);
 //   - a head larger than 64 KiB gets 431;
 //   - past max_connections open connections a new one gets 503 at once;
 //   - a body over the payload limit (set_payload_max_length) gets 413 before any of it is read:

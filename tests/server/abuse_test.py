@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The server-under-abuse campaign (ctest server_abuse, via run_abuse_test.sh; docs/RELIABILITY.md).
 
-  abuse_test.py BASE_URL SERVER_PID   (a server started with --max-queue 4 --header-timeout 4
-                                       --max-body-mib 1 --read-timeout 2 --retry-after 3)
+  abuse_test.py BASE_URL SERVER_PID CAP_URL
+      BASE_URL: a server started with --max-queue 4 --header-timeout 4 --max-body-mib 1
+                --read-timeout 2 --retry-after 3; CAP_URL: one with --max-connections 8
 
 Each case has hard time limits (socket timeouts, and a watchdog that fails the whole run after
 WATCHDOG_S), prints its numbers, and leaves the server healthy for the next one:
@@ -17,6 +18,8 @@ WATCHDOG_S), prints its numbers, and leaves the server healthy for the next one:
                   every accepted request (streamed or not) completes
   disconnects     clients that leave mid-stream, during prefill and while queued: the job is
                   cancelled, the engine goes idle, the next request is served
+  connections     pipelined keep-alive requests answered in order, an idle keep-alive connection
+                  closed at the header timeout, the 9th connection to a server capped at 8 gets 503
   soak            200 mixed requests: RSS after them <= RSS after the first 20 + 10%, no file
                   descriptors left behind
 """
@@ -32,6 +35,8 @@ import urllib.request
 BASE, PID = sys.argv[1].rstrip("/"), int(sys.argv[2])
 HOST, PORT = BASE.split("//")[1].split("/")[0].split(":")
 PORT = int(PORT)
+CAP_PORT = int(sys.argv[3].split("//")[1].split("/")[0].split(":")[1])
+CAP = 8
 HEADER_TIMEOUT_S = 4
 BODY_LIMIT = 1 << 20
 QUEUE = 4
@@ -430,6 +435,47 @@ def test_disconnects():
           f"idle, the next request served")
 
 
+def test_connections():
+    # Two requests in one write on one connection: both answered, in order, on that connection
+    # (the server reads only what a request asks for; the rest waits in the socket).
+    s = socket.create_connection((HOST, PORT), timeout=10)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    both = read_until(s, b'"object":"list"', limit_s=10)
+    first, second = both.split(b"HTTP/1.1 ")[1:]
+    check(first.startswith(b"200") and first.endswith(b'{"status":"ok"}'), f"{both!r}")
+    check(second.startswith(b"200") and f"timeout={HEADER_TIMEOUT_S}".encode() in second,
+          f"{both!r}")
+    # The connection is kept alive; idle, it is closed (without a response) after the Keep-Alive
+    # header's timeout (the header timeout).
+    t0 = time.monotonic()
+    s.settimeout(HEADER_TIMEOUT_S + 3)
+    rest = s.recv(4096)
+    idle = time.monotonic() - t0
+    check(rest == b"", f"an idle keep-alive connection got {rest[:80]!r}")
+    check(HEADER_TIMEOUT_S - 0.2 <= idle < HEADER_TIMEOUT_S + 1.5, f"closed after {idle:.2f} s")
+    s.close()
+    # The connection cap: CAP idle connections are held; the next one gets 503 at once.
+    idle_socks = [socket.create_connection((HOST, CAP_PORT), timeout=10) for _ in range(CAP)]
+    time.sleep(0.3)
+    extra = socket.create_connection((HOST, CAP_PORT), timeout=10)
+    status, headers, body = read_response(extra)
+    check(status == 503 and api_error(body)["code"] == "too_many_connections" and
+          headers.get("retry-after") == "1", f"over the cap: {status} {headers} {body!r}")
+    extra.close()
+    for x in idle_socks:
+        x.close()
+    time.sleep(0.3)
+    s = socket.create_connection((HOST, CAP_PORT), timeout=10)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    status, _, _ = read_response(s)
+    check(status == 200, f"after the cap cleared: {status}")
+    s.close()
+    print(f"ok - connections: 2 pipelined requests answered in order on one connection; the idle "
+          f"keep-alive connection closed after {idle:.2f} s; with --max-connections {CAP}, the "
+          f"{CAP + 1}th connection got 503 (Retry-After 1) and a request after they closed was "
+          f"served")
+
+
 def soak_one(i):
     # Mostly short completions (a chat's template alone is ~240 tokens of prefill); a chat, a
     # sampled chat with stop sequences and a streamed chat every 100.
@@ -521,7 +567,7 @@ def test_soak():
 
 t_all = time.monotonic()
 for case in [test_slow_headers, test_body_limit, test_deep_json, test_invalid_utf8,
-             test_queue_of_4, test_disconnects, test_soak]:
+             test_queue_of_4, test_disconnects, test_connections, test_soak]:
     t_case = time.monotonic()
     case()
     print(f"     ({case.__name__}: {time.monotonic() - t_case:.1f} s)")

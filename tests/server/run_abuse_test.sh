@@ -24,6 +24,10 @@ fi
 grep -q "already in use" <<<"$out" || { echo "unexpected failure on a busy port: $out" >&2; exit 1; }
 echo "ok - a second serve on busy port $port fails: $(grep -o 'cannot listen.*' <<<"$out")"
 
-python3 "$src/abuse_test.py" "$base" "$base_pid" ||
+# A second server with a small connection cap, for the cap case.
+start_server cap "$work/serve-cap.log" --model "$work/model" --threads 1 --max-connections 8
+
+python3 "$src/abuse_test.py" "$base" "$base_pid" "$cap" ||
   { echo "--- server log"; tail -30 "$work/serve.log"; exit 1; }
 kill -0 "$base_pid" || { echo "the server died" >&2; exit 1; }
+kill -0 "$cap_pid" || { echo "the capped server died" >&2; exit 1; }
