@@ -43,9 +43,6 @@ class GatedServer : public httplib::Server {
   explicit GatedServer(GateOptions options);
   ~GatedServer() override;
 
-  // Connections open now (held by the gate or being served).
-  int open_connections() const { return open_.load(); }
-
  private:
   class Gate;
   class GateStream;
