@@ -97,8 +97,14 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   cmd->add_option("--http-threads", o.http_threads, "HTTP connection threads")
       ->check(CLI::Range(4, 4096));
   cmd->add_option("--read-timeout", o.read_timeout_s,
-                  "Seconds a client may stall while sending a request")
+                  "Seconds a client may stall while sending a request body")
       ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--header-timeout", o.header_timeout_s,
+                  "Seconds a connection has to send a complete request head (then 408)")
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--max-connections", o.max_connections,
+                  "Open connections at once, idle or busy (then 503)")
+      ->check(CLI::Range(8, 1000000));
   cmd->add_option("--completion-max-tokens", o.defaults.completion_max_tokens,
                   "Default max_tokens of /v1/completions")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));

@@ -11,6 +11,7 @@
 
 #include "server/api_error.h"
 #include "server/cors.h"
+#include "server/gated_server.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
@@ -32,6 +33,7 @@ struct HttpServer::Impl {
   void HandleGeneration(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   // Answers a CORS preflight (true: handled); see server/cors.h.
   bool HandlePreflight(const httplib::Request& req, httplib::Response& res);
+  static GateOptions GateOptionsFor(const ServerOptions& opt);
 
   const Engine& engine;
   const tokenizer::Tokenizer& tok;
@@ -39,7 +41,7 @@ struct HttpServer::Impl {
   CorsPolicy cors;
   Metrics metrics;
   std::unique_ptr<Scheduler> scheduler;
-  httplib::Server svr;
+  GatedServer svr{GateOptionsFor(opt)};
   std::atomic<int> port{0};
 };
 

@@ -2,7 +2,9 @@
 // the non-generation endpoints (the chat page at /, /v1/models, /health, /metrics).
 #include <arpa/inet.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 
 #include "base/log.h"
@@ -40,6 +42,19 @@ bool HttpServer::Impl::Authorized(const httplib::Request& req) const {
     diff |= static_cast<unsigned>(i < got.size() ? got[i] ^ want[i] : 1);
   }
   return diff == 0;
+}
+
+GateOptions HttpServer::Impl::GateOptionsFor(const ServerOptions& opt) {
+  GateOptions g;
+  g.header_timeout_s = opt.header_timeout_s;
+  g.max_connections = opt.max_connections;
+  g.threads = std::max(4, opt.http_threads);
+  g.error_body = [](int status, const std::string& message, const std::string& code) {
+    return JsonText(ApiError{status, message,
+                             status >= 500 ? "server_error" : "invalid_request_error", "", code}
+                        .Body());
+  };
+  return g;
 }
 
 void HttpServer::Impl::SendError(httplib::Response& res, const ApiError& error,
@@ -193,10 +208,6 @@ Status HttpServer::Run() {
   if (s.opt.model_name.empty()) s.opt.model_name = "kimi-k3";
   s.scheduler =
       std::make_unique<Scheduler>(s.engine, s.opt.max_queue, s.opt.prefill_piece, &s.metrics);
-  const int threads = std::max(4, s.opt.http_threads);
-  s.svr.new_task_queue = [threads] {
-    return new httplib::ThreadPool(static_cast<size_t>(threads));
-  };
   s.svr.set_payload_max_length(s.opt.max_body_bytes);
   const auto rt = std::chrono::duration<double>(s.opt.read_timeout_s);
   s.svr.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(rt));
@@ -208,8 +219,13 @@ Status HttpServer::Run() {
                    : s.svr.bind_to_port(s.opt.host, s.opt.port) ? s.opt.port
                                                                 : -1;
   if (port < 0) {
+    const int err = errno;  // from the failed bind
     s.scheduler.reset();
-    return Status::Error("cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port));
+    return Status::Error("cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port) +
+                         ": " + std::strerror(err) +
+                         (err == EADDRINUSE ? " (another server has that port: stop it or choose "
+                                              "another --port)"
+                                            : ""));
   }
   s.port.store(port);
   LogInfo("serving " + s.opt.model_name + " on http://" + s.opt.host + ":" + std::to_string(port) +

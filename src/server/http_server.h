@@ -31,7 +31,9 @@ struct ServerOptions {
   int retry_after_s = 10;  // Retry-After of a 429
   size_t max_body_bytes = size_t{32} << 20;
   int http_threads = 32;
-  double read_timeout_s = 30;  // per read of a request (headers or body)
+  double read_timeout_s = 30;    // per read of a request body
+  double header_timeout_s = 15;  // for a whole request head (gated_server.h)
+  int max_connections = 1024;    // open at once; then 503
   bool log_prompts = false;
   bool web_ui = true;                     // GET / serves the chat page (server/web_page.h)
   std::vector<std::string> cors_origins;  // empty: no CORS headers at all (server/cors.h)

@@ -1,6 +1,7 @@
 // Request-body parsing for the generation endpoints (see request.h for the policy).
 #include "server/request.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace deltafin::server {
@@ -8,6 +9,42 @@ namespace deltafin::server {
 namespace {
 
 using ojson = nlohmann::ordered_json;
+
+// Deepest nesting of arrays and objects the server accepts in a body or in tool-call arguments.
+// nlohmann parses any depth without recursion, but copying, comparing and serialising a value
+// recurse once per level, so a body nested 100,000 deep would overflow a thread's stack in the
+// chat template. Real requests (tool schemas included) stay far below this.
+constexpr int kMaxJsonDepth = 128;
+
+// The deepest [ / { nesting in JSON text, outside strings (invalid JSON is the parser's business).
+int NestingDepth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+std::optional<ApiError> TooDeep(const std::string& what, const std::string& param) {
+  return BadRequest(
+      what + " nests arrays and objects deeper than " + std::to_string(kMaxJsonDepth) + " levels",
+      param, "too_deep");
+}
 
 // A field that is absent or null counts as not given.
 const ojson* Get(const ojson& obj, const char* key) {
@@ -180,6 +217,17 @@ std::optional<ApiError> ParseMessages(const ojson& obj, GenerationRequest* out) 
   if (!m->is_array()) return WrongType("messages", "an array");
   if (m->empty()) return BadRequest("'messages' must not be empty", "messages");
   out->messages = *m;
+  // Tool-call arguments are JSON inside a string, parsed again when the template renders them.
+  for (const auto& msg : out->messages) {
+    if (!msg.is_object() || !msg.contains("tool_calls") || !msg["tool_calls"].is_array()) continue;
+    for (const auto& call : msg["tool_calls"]) {
+      const ojson* fn = call.is_object() && call.contains("function") ? &call["function"] : &call;
+      if (fn->is_object() && fn->contains("arguments") && (*fn)["arguments"].is_string() &&
+          NestingDepth((*fn)["arguments"].get_ref<const std::string&>()) > kMaxJsonDepth) {
+        return TooDeep("a tool call's arguments", "messages");
+      }
+    }
+  }
   for (auto& msg : out->messages) {
     if (msg.is_object() && msg.contains("role") && msg["role"] == "developer") {
       msg["role"] = "system";
@@ -239,6 +287,7 @@ std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint e
   out->endpoint = endpoint;
   out->chat.thinking = defaults.thinking;
   out->chat.reasoning_effort = defaults.reasoning_effort;
+  if (NestingDepth(body) > kMaxJsonDepth) return TooDeep("the request body", "");
   const ojson obj = ojson::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (obj.is_discarded())
     return BadRequest("the request body is not valid JSON", "", "invalid_json");

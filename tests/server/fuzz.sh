@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Bounded libFuzzer run of the server's request parser + chat rendering (fuzz_request.cc) with
-# ASan and UBSan.   tests/server/fuzz.sh OUT_DIR [SECONDS (default 30)]
+# Bounded libFuzzer run of the server's request bodies through parsing, chat rendering, output
+# assembly and response JSON (fuzz_request.cc) with ASan and UBSan.   tests/server/fuzz.sh OUT_DIR [SECONDS (default 30)]
 # Built with Debian's clang directly (the project's build uses g++, which has no libFuzzer).
 set -euo pipefail
 out=$1
@@ -9,7 +9,8 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$out/corpus"
 clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
   -I"$root/src" -I"$root/include" -DDF_FUZZ_MODEL_DIR="\"$root/tests/data/golden/tiny-k3\"" \
-  "$root/tests/server/fuzz_request.cc" "$root/src/server/request.cc" \
+  "$root/tests/server/fuzz_request.cc" \
+  "$root"/src/server/{request,output,stop_matcher,response_json}.cc \
   "$root"/src/tokenizer/{utf8,vocab,pretokenizer,bpe,tokenizer,chat_template,chat_parser}.cc \
   "$root/src/io/mapped_file.cc" "$root/src/base/log.cc" \
   $(pkg-config --cflags --libs libpcre2-8) -lpthread -o "$out/fuzz_request"

@@ -3,7 +3,7 @@
 
   http_test.py BASE_URL SERVER_PID SERVER_LOG CORS_URL
       BASE_URL: a server started with --max-queue 2 --ping-interval 0.1 --max-body-mib 1
-      --read-timeout 1 and no --cors-origin, logging to SERVER_LOG; CORS_URL: one started with
+      --read-timeout 1 --header-timeout 2 and no --cors-origin, logging to SERVER_LOG; CORS_URL: one started with
       --cors-origin http://allowed.example --api-key sekrit
 
 SSE framing byte by byte over a raw socket, keep-alive comments during a long prefill, [DONE]
@@ -156,7 +156,7 @@ def test_slow_and_stalled_clients():
     # A client that sends its request one byte at a time is served correctly...
     req = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     slow = socket.create_connection((HOST, PORT), timeout=30)
-    # ...and a client that stalls mid-headers is dropped after --read-timeout (1 s).
+    # ...and a client that stalls mid-headers is dropped after --header-timeout (2 s).
     stalled = socket.create_connection((HOST, PORT), timeout=30)
     stalled.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
     t0 = time.monotonic()

@@ -31,7 +31,7 @@ done
 echo "ok - bad --log-level and --cors-origin values refused"
 
 start_server base "$work/serve.log" --model "$work/model" --threads 1 --max-queue 2 \
-  --ping-interval 0.1 --max-body-mib 1 --read-timeout 1
+  --ping-interval 0.1 --max-body-mib 1 --read-timeout 1 --header-timeout 2
 start_server cors "$work/serve_cors.log" --model "$work/model" --threads 1 \
   --cors-origin http://allowed.example --api-key sekrit
 python3 "$src/http_test.py" "$base" "$base_pid" "$work/serve.log" "$cors" || {

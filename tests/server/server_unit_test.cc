@@ -101,6 +101,47 @@ TEST(RequestTest, CompletionPrompts) {
   EXPECT_TRUE(Parse(R"({"prompt":"x","suffix":"y"})", &r, Endpoint::kCompletion));
 }
 
+std::string Nested(int depth, const std::string& open, const std::string& inner,
+                   const std::string& close) {
+  std::string s;
+  for (int i = 0; i < depth; ++i) s += open;
+  s += inner;
+  for (int i = 0; i < depth; ++i) s += close;
+  return s;
+}
+
+TEST(RequestTest, RefusesJsonNestedTooDeep) {
+  GenerationRequest r;
+  // 128 levels in all (the body's object is level 1) are accepted; 129 are refused before parsing.
+  const std::string ok = R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":)"
+                         R"("function","function":{"name":"f","parameters":)" +
+                         Nested(124, R"({"a":)", "1", "}") + "}}]}";
+  auto err = Parse(ok, &r);
+  ASSERT_FALSE(err) << err->message;
+  const std::string deep = R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":)"
+                           R"("function","function":{"name":"f","parameters":)" +
+                           Nested(125, R"({"a":)", "1", "}") + "}}]}";
+  err = Parse(deep, &r);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code, "too_deep");
+  // Brackets inside strings do not count.
+  err =
+      Parse(R"({"messages":[{"role":"user","content":")" + std::string(1000, '[') + R"("}]})", &r);
+  EXPECT_FALSE(err) << err->message;
+  // Tool-call arguments are JSON in a string: checked on their own.
+  const std::string args = "\"" + Nested(129, "[", "", "]") + "\"";
+  err = Parse(R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c",)"
+              R"("type":"function","function":{"name":"f","arguments":)" +
+                  args + "}}]}]}",
+              &r);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code, "too_deep");
+  EXPECT_EQ(err->param, "messages");
+  err = Parse(Nested(100000, "[", "", "]"), &r, Endpoint::kCompletion);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code, "too_deep");
+}
+
 TEST(RequestTest, BuildPromptRendersTheChatTemplateAndChecksIds) {
   auto tok = tokenizer::Tokenizer::LoadModelDir(kModel);
   ASSERT_TRUE(tok.ok()) << tok.status().message();

@@ -21,3 +21,8 @@ add_test(NAME server_http
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/run_http_test.sh $<TARGET_FILE:deltafin>
                  ${CMAKE_CURRENT_BINARY_DIR}/server-http)
 set_tests_properties(server_http PROPERTIES LABELS e2e TIMEOUT 300)
+# The server-under-abuse campaign (docs/RELIABILITY.md) and the busy-port check.
+add_test(NAME server_abuse
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/run_abuse_test.sh $<TARGET_FILE:deltafin>
+                 ${CMAKE_CURRENT_BINARY_DIR}/server-abuse)
+set_tests_properties(server_abuse PROPERTIES LABELS e2e TIMEOUT 300)
