@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "deltafin/engine.h"
+#include "deltafin/sampler.h"
 #include "server/output.h"
 #include "server/request.h"
 #include "server/response_json.h"
-#include "server/sampler.h"
 #include "server/stop_matcher.h"
 #include "tokenizer/tokenizer.h"
 
