@@ -150,6 +150,24 @@ TEST_F(CliTest, ThinkingIsPrefixedInAPipeOrHidden) {
   EXPECT_EQ(hidden.out, "");
 }
 
+// Under a pseudo-terminal (util-linux `script`, Essential in Debian): thinking is faint (ANSI
+// SGR 2 ... 22), and the progress line is redrawn in place and erased before the text.
+TEST_F(CliTest, OnATerminalThinkingIsDimAndProgressRedrawn) {
+  if (RunShell("command -v script >/dev/null").exit_code != 0) GTEST_SKIP() << "no `script`";
+  const std::string cmd = ShellQuote(DF_BINARY) + " " +
+                          Run(" --chat --prompt hi --max-new 8 --ignore-eos --prefill-chunk 64");
+  auto run = RunShell("timeout 60 script -qec " + ShellQuote(cmd) + " /dev/null");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const size_t faint = run.output.find("\x1b[2m"), normal = run.output.find("\x1b[22m");
+  ASSERT_NE(faint, std::string::npos) << run.output;
+  EXPECT_LT(faint, normal) << run.output;
+  EXPECT_EQ(run.output.find("thinking: "), std::string::npos) << "prefix on a terminal";
+  const size_t progress = run.output.find("\rprefill 64/");
+  ASSERT_NE(progress, std::string::npos) << run.output;
+  EXPECT_LT(progress, faint);
+  EXPECT_HAS_SUBSTR(run.output, "\r\x1b[K\x1b[2m");  // erased, then the thinking starts
+}
+
 TEST_F(CliTest, PrefillProgressOnRequest) {
   const std::string flags = " --prompt-ids 1,2,3,4,5 --prefill-chunk 2 --max-new 1";
   auto plain = RunCliStreams(Run(flags));  // stderr is not a terminal: no progress by default
