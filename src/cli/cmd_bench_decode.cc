@@ -207,6 +207,9 @@ void PrintReport(const nlohmann::json& j) {
 }
 
 int RunDecodeBench(const DecodeBenchArgs& a) {
+  if (!a.json_path.empty()) {  // before the benchmark, which takes minutes on a real model
+    if (Status st = CheckOutputPath("--json", a.json_path); !st.ok()) return Fail(st);
+  }
   auto base = a.model.Options();
   if (!base.ok()) return Fail(base.status());
   EngineOptions options = *base;

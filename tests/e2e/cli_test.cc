@@ -253,6 +253,9 @@ TEST_F(CliTest, OutputPathsAreCheckedBeforeTheModelLoads) {
   }
   EXPECT_HAS_SUBSTR(RunCli(Run(" --prompt-ids 1 --ids-out " + Path("no/x"))).output,
                     "does not exist");
+  ExpectOneLineError(
+      RunCli("logits --model " + Model() + " --tokens 1 --out " + Path("no/such/dir/l.f32")), 1,
+      "--out ");
 }
 
 // A 6-position context fills after the 4th generated token: the text, --ids-out and --stats-json
