@@ -5,9 +5,13 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 namespace deltafin::testing {
@@ -24,9 +28,8 @@ inline std::string ShellQuote(const std::string& s) {
   return q + "'";
 }
 
-// Runs `deltafin <args>` (args are passed to the shell as written).
-inline CliRun RunCli(const std::string& args) {
-  const std::string cmd = "timeout 60 " + ShellQuote(DF_BINARY) + " " + args + " 2>&1";
+// Runs a shell command line; `output` is what it writes to the pipe (its stdout).
+inline CliRun RunShell(const std::string& cmd) {
   CliRun run;
   std::FILE* pipe = ::popen(cmd.c_str(), "r");
   if (pipe == nullptr) {
@@ -39,6 +42,35 @@ inline CliRun RunCli(const std::string& args) {
   const int status = ::pclose(pipe);
   if (status != -1 && WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
   return run;
+}
+
+// Runs `deltafin <args>` (args are passed to the shell as written).
+inline CliRun RunCli(const std::string& args) {
+  return RunShell("timeout 60 " + ShellQuote(DF_BINARY) + " " + args + " 2>&1");
+}
+
+struct CliRunStreams {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// Runs `deltafin <args>` with stdout and stderr captured apart.
+inline CliRunStreams RunCliStreams(const std::string& args) {
+  char err_path[] = "/tmp/deltafin_stderr_XXXXXX";
+  const int fd = ::mkstemp(err_path);
+  if (fd < 0) {
+    ADD_FAILURE() << "mkstemp failed";
+    return {};
+  }
+  ::close(fd);
+  CliRun run =
+      RunShell("timeout 60 " + ShellQuote(DF_BINARY) + " " + args + " 2>" + ShellQuote(err_path));
+  std::ifstream err(err_path, std::ios::binary);
+  CliRunStreams streams{run.exit_code, std::move(run.output),
+                        std::string(std::istreambuf_iterator<char>(err), {})};
+  ::unlink(err_path);
+  return streams;
 }
 
 }  // namespace deltafin::testing

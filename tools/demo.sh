@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the bundled demo model (README): builds deltafin, generates the tiny K3-shaped
-# checkpoint (random weights!) with make-model, and generates tokens from it: the ids as a JSON
-# array, then their text (meaningless, since the weights are random).
+# checkpoint (random weights!) with make-model, and generates tokens from it, printing their text
+# as they come (meaningless, since the weights are random).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -110,6 +111,11 @@ struct SessionStats {
 
 class Engine;
 
+// Called by Session::Prefill after each chunk it feeds (EngineOptions::prefill_chunk positions, the
+// last one maybe shorter) with the positions of this call fed so far and the call's total, for
+// progress displays. Runs on the calling thread between chunks; must not call into the session.
+using PrefillProgress = std::function<void(int64_t done, int64_t total)>;
+
 class Session {
  public:
   ~Session();
@@ -118,7 +124,9 @@ class Session {
 
   // Feeds `tokens` at the next positions. If `all_logits` is non-empty it receives the logits of
   // every fed position, [tokens.size(), vocab] row-major; Logits() always holds the last one.
-  Status Prefill(std::span<const int32_t> tokens, std::span<float> all_logits = {});
+  // `progress`, when set, is called after every chunk.
+  Status Prefill(std::span<const int32_t> tokens, std::span<float> all_logits = {},
+                 const PrefillProgress& progress = nullptr);
   // Feeds one token. Allocation-free.
   Status Decode(int32_t token);
   std::span<const float> Logits() const;
@@ -162,5 +170,16 @@ class Engine {
 
 // Greedy choice: the highest logit, ties to the lowest id.
 int32_t ArgmaxToken(std::span<const float> logits);
+
+// How the compute kernels were built and what they run on this CPU, for `deltafin --version`.
+// Targets are Highway's names ("AVX3", "AVX2", "NEON", "SCALAR"), lists space-separated, best
+// first.
+struct KernelBuildInfo {
+  std::string simd_target;       // the one the kernels dispatch to on this CPU
+  std::string usable_targets;    // compiled in and supported by this CPU
+  std::string compiled_targets;  // compiled in
+  std::string highway_version;
+};
+KernelBuildInfo GetKernelBuildInfo();
 
 }  // namespace deltafin

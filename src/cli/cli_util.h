@@ -1,5 +1,6 @@
-// Small helpers shared by the subcommands: token-list parsing, engine loading with the common
-// options, atomic output files.
+// Small helpers shared by the subcommands: exit codes, option validators with plain messages,
+// engine loading with the common options, checks of model folders and output paths made before
+// anything slow starts, token-list parsing, atomic output files.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,6 +12,21 @@
 #include "deltafin/engine.h"
 
 namespace deltafin::cli {
+
+// Exit codes of every command (README "Exit codes", `deltafin --help`).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  // the command ran and failed (model, files, I/O, memory)
+inline constexpr int kExitUsage = 2;    // the command line is wrong; nothing was run
+
+// Validators whose messages say what was expected and what was given (CLI11's Range says "Value
+// abc not in range" for a word). CLI11 prefixes the option's name.
+CLI::Validator IntRange(int64_t min, int64_t max);
+CLI::Validator NumberRange(double min, double max);  // any finite number in [min, max]
+CLI::Validator OneOf(std::vector<std::string> choices);
+
+// The handler for CLI11's parse errors: one line "error: <command>: <what>", and where to read
+// the options (set on the top-level app; subcommands inherit it).
+std::string ParseFailureMessage(const CLI::App* app, const CLI::Error& error);
 
 // Options every model-loading command shares.
 struct ModelFlags {
@@ -30,11 +46,23 @@ struct ModelFlags {
   std::string spine = "bf16";  // bf16, or int8: the row-int8 spine (docs/INT8.md)
   bool quiet_plan = false;     // do not print the memory plan at load
   void Add(CLI::App* cmd);
+  // Option conflicts visible on the command line alone (--expert-cache with --experts mapped);
+  // commands report them as usage errors before touching any file.
+  Status CheckFlags() const;
+  // Fails unless --model names an existing directory (checked first, so a typo in the path is
+  // reported as such rather than as whatever file the command looks for first).
+  Status CheckModelDir() const;
   Result<EngineOptions> Options() const;
   // Loads the engine; a stream install gets its expert fetcher (setup/stream_store.h), an
-  // unfinished install is refused with the setup command that completes it.
+  // unfinished install is refused with the setup command that completes it. --expert-cache with
+  // experts that the plan maps (nothing streams, so no cache) is refused before any weight loads.
   Result<std::unique_ptr<Engine>> LoadEngine() const;
 };
+
+// Fails unless `path` can be written by a later WriteFileAtomically or fopen("w"): its folder
+// exists and is writable and it is not a folder or a read-only file. Commands call it for every
+// output path before loading a model, so a typo costs seconds, not a whole generation.
+Status CheckOutputPath(const std::string& flag, const std::string& path);
 
 // "1,2, 3" -> {1, 2, 3}; rejects empty lists, junk and values outside int32.
 Result<std::vector<int32_t>> ParseTokenList(const std::string& text);
@@ -43,7 +71,9 @@ Result<std::vector<int32_t>> ParseTokenList(const std::string& text);
 // truncated file where a good one was.
 Status WriteFileAtomically(const std::string& path, const void* bytes, size_t size);
 
-// Prints "error: <message>" to stderr and returns the exit code 1.
+// Prints "error: <message>" to stderr and returns kExitFailure.
 int Fail(const Status& status);
+// Prints "error: <message>" to stderr and returns kExitUsage.
+int UsageError(const std::string& message);
 
 }  // namespace deltafin::cli

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "bench/kernels_bench.h"
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 
 namespace deltafin::cli {
@@ -18,15 +19,15 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   kernels->add_option("--json", opts->json_path,
                       "Also write one JSON record per kernel, shape and thread count");
   kernels->add_option("--threads", opts->threads, "\"All threads\" (0 = every available CPU)")
-      ->check(CLI::Range(0, 4096))
+      ->check(IntRange(0, 4096))
       ->capture_default_str();
   kernels->add_option("--min-seconds", opts->min_seconds, "Time per measurement")
-      ->check(CLI::Range(0.0, 60.0))
+      ->check(NumberRange(0.0, 60.0))
       ->capture_default_str();
   kernels
       ->add_option("--lm-head-rows", opts->lm_head_rows,
                    "Rows of the lm_head shapes (K3 has 163840; BF16 would be 2.35 GB)")
-      ->check(CLI::Range(32, 163840))
+      ->check(IntRange(32, 163840))
       ->capture_default_str();
   kernels->add_flag("--quick", opts->quick, "Shapes 8x smaller in each dimension (smoke test)");
   kernels->callback([opts, exit_code] { *exit_code = bench::RunKernelsBench(*opts); });

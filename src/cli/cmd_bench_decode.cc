@@ -207,6 +207,9 @@ void PrintReport(const nlohmann::json& j) {
 }
 
 int RunDecodeBench(const DecodeBenchArgs& a) {
+  if (!a.json_path.empty()) {  // before the benchmark, which takes minutes on a real model
+    if (Status st = CheckOutputPath("--json", a.json_path); !st.ok()) return Fail(st);
+  }
   auto base = a.model.Options();
   if (!base.ok()) return Fail(base.status());
   EngineOptions options = *base;
@@ -301,13 +304,13 @@ void RegisterBenchDecode(CLI::App* bench, int* exit_code) {
   cmd->add_option("--scenario", args->scenario,
                   "stream-spine-resident (budget: spine + 1 GiB), stream-spine-streamed (half "
                   "the spine), resident (no limit, after a warm-up pass)")
-      ->check(CLI::IsMember({"stream-spine-resident", "stream-spine-streamed", "resident"}))
+      ->check(OneOf({"stream-spine-resident", "stream-spine-streamed", "resident"}))
       ->capture_default_str();
   cmd->add_option("--steps", args->steps, "Decode steps (the first is not counted)")
-      ->check(CLI::Range(int64_t{2}, int64_t{100000}))
+      ->check(IntRange(2, 100000))
       ->capture_default_str();
   cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length before decoding")
-      ->check(CLI::Range(int64_t{1}, int64_t{100000}))
+      ->check(IntRange(1, 100000))
       ->capture_default_str();
   cmd->add_option("--probe-experts", args->probe_experts,
                   "Expert reads for the disk measurement (0 = about 1 GiB)");

@@ -66,6 +66,8 @@ struct LogitsArgs {
 int RunLogits(const LogitsArgs& args) {
   auto ids = ParseTokenList(args.tokens);
   if (!ids.ok()) return Fail(ids.status());
+  // Before the model loads: a bad --out path must not cost a whole forward pass.
+  if (Status st = CheckOutputPath("--out", args.out); !st.ok()) return Fail(st);
   auto engine = args.model.LoadEngine();
   if (!engine.ok()) return Fail(engine.status());
   auto session = (*engine)->NewSession();

@@ -1,18 +1,34 @@
-// `deltafin run`: greedy generation from a prompt of token ids (--prompt-ids) or text (--prompt,
-// optionally as one user turn of K3's chat template with --chat). Prints the generated ids (one
-// JSON array on stdout) and, when the model folder has a tokenizer, the decoded text after it.
-// --trace FILE writes the router trace (cli/router_trace.h, docs/TRACE.md); --stats and
-// --stats-json report where each token's time and bytes went (cli/token_stats.h).
+// `deltafin run`: generation from a prompt of token ids (--prompt-ids) or text (--prompt,
+// optionally as one user turn of K3's chat template with --chat), greedy unless --temperature.
+//
+// stdout carries only the generated text, printed as each token is decoded (cli/live_output.h):
+// with --chat, K3's thinking is dimmed on a terminal, prefixed "thinking: " elsewhere, or hidden
+// (--hide-thinking); special tokens are never printed unless --show-special. A model folder
+// without a tokenizer gets the generated ids instead, space-separated. --ids-out FILE writes the
+// ids as one JSON array. stderr carries the memory plan, the prefill progress line, --stats and
+// the closing summary. --trace FILE writes the router trace (cli/router_trace.h, docs/TRACE.md);
+// --stats and --stats-json report where each token's time and bytes went (cli/token_stats.h).
+//
+// Nothing lost, nothing late: the command line and every output path are checked before the
+// model loads, and an error after the first token still prints (and writes to --ids-out and
+// --stats-json) everything generated before it, then the error.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <optional>
+#include <random>
 #include <vector>
 
 #include "base/log.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/live_output.h"
 #include "cli/router_trace.h"
 #include "cli/token_stats.h"
+#include "deltafin/sampler.h"
 #include "tokenizer/chat.h"
+#include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deltafin::cli {
@@ -31,6 +47,21 @@ struct RunArgs {
   std::string trace;
   bool stats = false;
   std::string stats_json;
+  std::string ids_out;
+  bool hide_thinking = false;
+  bool show_special = false;
+  bool progress = false;
+  bool no_progress = false;
+  double temperature = 0;
+  double top_p = 1;
+  int64_t top_k = 0;
+  uint64_t seed = 0;
+  // Given on the command line (an empty --prompt is not a missing one).
+  const CLI::Option* prompt_opt = nullptr;
+  const CLI::Option* prompt_ids_opt = nullptr;
+  const CLI::Option* top_p_opt = nullptr;
+  const CLI::Option* top_k_opt = nullptr;
+  const CLI::Option* seed_opt = nullptr;
 };
 
 // `--stats`: one line per fed position on stderr; `--stats-json`: the same as a JSON document.
@@ -95,13 +126,117 @@ class StatsReporter {
   std::chrono::steady_clock::time_point start_;
 };
 
+// Generated ids → what stdout shows: K3's channels through the chat parser (--chat), the plain
+// text through the incremental detokenizer, or the ids themselves when there is no tokenizer.
+class GeneratedText {
+ public:
+  GeneratedText(const tokenizer::Tokenizer* tok, const RunArgs& args, TextPrinter* printer)
+      : tok_(tok), printer_(printer) {
+    if (tok_ == nullptr) return;
+    if (args.chat && !args.show_special) {
+      chat_.emplace(*tok_, !args.no_thinking);
+    } else {
+      plain_.emplace(*tok_, args.show_special);
+    }
+  }
+  // Shows what `id` completes. True when the chat parser saw the end of the message.
+  Result<bool> Feed(int32_t id) {
+    if (chat_) {
+      tokenizer::ChatDelta delta;
+      DF_RETURN_IF_ERROR(chat_->Feed(id, &delta));
+      Show(delta);
+      return delta.done;
+    }
+    if (plain_) {
+      text_.clear();
+      DF_RETURN_IF_ERROR(plain_->Feed(id, &text_));
+      printer_->Content(text_);
+      return false;
+    }
+    printer_->Content((first_ ? "" : " ") + std::to_string(id));
+    first_ = false;
+    return false;
+  }
+  // Shows what is held back (a partial character becomes U+FFFD) and ends the last line.
+  void Finish() {
+    if (chat_) {
+      tokenizer::ChatDelta delta;
+      chat_->Finish(&delta);
+      Show(delta);
+    } else if (plain_) {
+      text_.clear();
+      plain_->Finish(&text_);
+      printer_->Content(text_);
+    }
+    printer_->Finish();
+  }
+
+ private:
+  void Show(const tokenizer::ChatDelta& delta) {
+    printer_->Reasoning(delta.reasoning);
+    printer_->Content(delta.content);
+    for (const auto& call : delta.tool_calls) {
+      printer_->Content("\n[tool call " + call.name + " " + call.arguments + "]\n");
+    }
+  }
+
+  const tokenizer::Tokenizer* tok_;
+  TextPrinter* printer_;
+  std::optional<tokenizer::ChatOutputParser> chat_;
+  std::optional<tokenizer::StreamDetokenizer> plain_;
+  std::string text_;
+  bool first_ = true;
+};
+
+std::string IdsJson(const std::vector<int32_t>& ids) {
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size(); ++i) out += (i ? "," : "") + std::to_string(ids[i]);
+  return out + "]\n";
+}
+
+// Everything that only needs the command line: a wrong one is exit code 2, found at once.
+Status CheckUsage(const RunArgs& args) {
+  if (args.prompt_opt->count() == 0 && args.prompt_ids_opt->count() == 0) {
+    return Status::Error("give a prompt: --prompt TEXT or --prompt-ids 1,2,3");
+  }
+  if (args.prompt_opt->count() > 0 && args.prompt.empty() && !args.chat) {
+    return Status::Error(
+        "--prompt is empty: a plain prompt needs at least one token (give some text, or add "
+        "--chat to send an empty user turn through the chat template)");
+  }
+  if (args.prompt_ids_opt->count() > 0) {
+    if (args.prompt_ids.empty()) return Status::Error("--prompt-ids is empty: give e.g. 1,2,3");
+    auto ids = ParseTokenList(args.prompt_ids);
+    if (!ids.ok()) return ids.status().WithContext("--prompt-ids");
+  }
+  if (args.top_p <= 0) return Status::Error("--top-p must be greater than 0");
+  if (args.temperature == 0) {
+    for (const CLI::Option* opt : {args.top_p_opt, args.top_k_opt, args.seed_opt}) {
+      if (opt->count() > 0) {
+        return Status::Error(opt->get_name() +
+                             " shapes sampling, but without --temperature (> 0) generation is "
+                             "greedy and it would change nothing: add --temperature");
+      }
+    }
+  }
+  return args.model.CheckFlags();
+}
+
 int RunGenerate(const RunArgs& args) {
+  if (Status st = CheckUsage(args); !st.ok()) return UsageError(st.message());
+  // Files, before anything slow: the model folder, then every output path.
+  if (Status st = args.model.CheckModelDir(); !st.ok()) return Fail(st);
+  for (const auto& [flag, path] :
+       {std::pair<const char*, const std::string&>{"--trace", args.trace},
+        {"--stats-json", args.stats_json},
+        {"--ids-out", args.ids_out}}) {
+    if (path.empty()) continue;
+    if (Status st = CheckOutputPath(flag, path); !st.ok()) return Fail(st);
+  }
   // The tokenizer is optional with --prompt-ids (test models may lack the files).
   auto tok = tokenizer::Tokenizer::LoadModelDir(args.model.model_dir);
-  Result<std::vector<int32_t>> ids = Status::Error("give --prompt-ids or --prompt");
-  if (args.prompt_ids.empty() && args.prompt.empty()) {
-    return Fail(ids.status());
-  } else if (!args.prompt_ids.empty()) {
+  Result<std::vector<int32_t>> ids = std::vector<int32_t>{};
+  if (!args.prompt_ids.empty()) {
     ids = ParseTokenList(args.prompt_ids);
   } else if (!tok.ok()) {
     return Fail(tok.status().WithContext("--prompt needs the model's tokenizer"));
@@ -118,6 +253,11 @@ int RunGenerate(const RunArgs& args) {
     ids = (*tok)->Encode(args.prompt);
   }
   if (!ids.ok()) return Fail(ids.status());
+  if (!tok.ok()) {
+    LogInfo("no tokenizer in " + args.model.model_dir + " (" + tok.status().message() +
+            "): stdout gets the generated ids");
+  }
+
   auto engine = args.model.LoadEngine();
   if (!engine.ok()) return Fail(engine.status());
   const ModelInfo& info = (*engine)->info();
@@ -130,84 +270,167 @@ int RunGenerate(const RunArgs& args) {
     session->SetObserver(trace.get());
   }
 
+  SamplingParams sampling{
+      .temperature = args.temperature, .top_p = args.top_p, .top_k = args.top_k, .seed = args.seed};
+  if (args.temperature > 0 && args.seed_opt->count() == 0) {
+    sampling.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+    LogInfo("sampling seed " + std::to_string(*sampling.seed) + " (--seed repeats this run)");
+  }
+  Sampler sampler(sampling);
+  const int32_t end_of_message =
+      args.chat && tok.ok() ? (*tok)->SpecialId("<|end_of_msg|>") : int32_t{-1};
+
+  TextPrinter printer(stdout, args.hide_thinking        ? ThinkingStyle::kHide
+                              : ::isatty(STDOUT_FILENO) ? ThinkingStyle::kDim
+                                                        : ThinkingStyle::kPrefix);
+  GeneratedText text(tok.ok() ? tok->get() : nullptr, args, &printer);
+  const bool stderr_tty = ::isatty(STDERR_FILENO) != 0;
+  PrefillProgressLine progress(stderr, stderr_tty);
+  const bool show_progress = (stderr_tty || args.progress) && !args.no_progress;
+
   StatsReporter stats(args, **engine, *session);
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   if (stats.enabled()) stats.Begin();
-  Status st = session->Prefill(*ids);
+  if (show_progress) progress.Start(static_cast<int64_t>(ids->size()));
+  Status st = session->Prefill(*ids, {}, [&](int64_t done, int64_t total) {
+    if (show_progress) progress.Update(done, total);
+  });
+  progress.Finish();
   if (!st.ok()) return Fail(st);
   if (stats.enabled()) stats.End("prefill");
   if (trace) {
     st = trace->WritePositions(0, *ids);
     if (!st.ok()) return Fail(st);
   }
+
+  // From the first generated token on, an error ends the loop but loses nothing.
   const auto t1 = Clock::now();
   std::vector<int32_t> generated;
   generated.reserve(static_cast<size_t>(args.max_new));
   for (int64_t i = 0; i < args.max_new; ++i) {
-    const int32_t next = ArgmaxToken(session->Logits());
+    const int32_t next = sampler.Sample(session->Logits());
     generated.push_back(next);
-    if (next == info.eos_token_id && !args.ignore_eos) break;
+    auto end = text.Feed(next);
+    if (!end.ok()) {
+      st = end.status();
+      break;
+    }
+    const bool stop = next == info.eos_token_id || next == end_of_message || *end;
+    if (stop && !args.ignore_eos) break;
     if (i + 1 == args.max_new) break;
     if (stats.enabled()) stats.Begin();
     st = session->Decode(next);
-    if (!st.ok()) return Fail(st);
+    if (!st.ok()) break;
     if (stats.enabled()) stats.End("decode");
     if (trace) {
       st = trace->WritePositions(session->position() - 1, {&next, 1});
-      if (!st.ok()) return Fail(st);
+      if (!st.ok()) break;
     }
   }
+  const auto t2 = Clock::now();
+  text.Finish();
   if (trace) {
     session->SetObserver(nullptr);
-    st = trace->Close();
-    if (!st.ok()) return Fail(st);
+    Status closed = trace->Close();
+    if (st.ok()) st = closed;
   }
-  const auto t2 = Clock::now();
-  st = stats.Write();
-  if (!st.ok()) return Fail(st);
-  std::string out = "[";
-  for (size_t i = 0; i < generated.size(); ++i) {
-    out += (i ? "," : "") + std::to_string(generated[i]);
+  Status written = Status::Ok();
+  if (!args.ids_out.empty()) {
+    const std::string json = IdsJson(generated);
+    written = WriteFileAtomically(args.ids_out, json.data(), json.size());
   }
-  std::printf("%s]\n", out.c_str());
-  if (tok.ok()) {  // the decoded text (invalid UTF-8 shown as U+FFFD), after the ids
-    auto bytes = (*tok)->Decode(generated);
-    if (bytes.ok()) std::printf("%s\n", tokenizer::DecodeUtf8Lossy(*bytes).c_str());
+  if (Status s = stats.Write(); written.ok()) written = s;
+  if (!st.ok()) {
+    return Fail(st.WithContext(
+        "after " + std::to_string(generated.size()) + " generated tokens (shown above" +
+        ((args.ids_out.empty() || !written.ok()) ? "" : ", and in --ids-out") + ")"));
   }
+  if (!written.ok()) return Fail(written);
+
   const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
   const double decode_s = std::chrono::duration<double>(t2 - t1).count();
-  char line[200];
-  std::snprintf(line, sizeof(line),
-                "prompt %zu tokens in %.3f s; generated %zu tokens in %.3f s (%.2f tok/s)",
-                ids->size(), prefill_s, generated.size(), decode_s,
-                decode_s > 0 ? static_cast<double>(generated.size()) / decode_s : 0.0);
+  char line[240];
+  // The first token comes from the prompt's logits; the rate is over the decode steps after it.
+  const size_t steps = generated.size() - 1;
+  if (steps == 0) {
+    std::snprintf(line, sizeof line,
+                  "prompt %zu tokens in %.3f s (%.2f tok/s); generated 1 token, from the prompt's "
+                  "logits (no decode step, so no decode rate)",
+                  ids->size(), prefill_s, static_cast<double>(ids->size()) / prefill_s);
+  } else {
+    std::snprintf(line, sizeof line,
+                  "prompt %zu tokens in %.3f s (%.2f tok/s); generated %zu tokens: %zu decode "
+                  "steps in %.3f s (%.2f tok/s)",
+                  ids->size(), prefill_s, static_cast<double>(ids->size()) / prefill_s,
+                  generated.size(), steps, decode_s, static_cast<double>(steps) / decode_s);
+  }
   LogInfo(line);
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace
 
 void RegisterRun(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<RunArgs>();
-  CLI::App* cmd = app.add_subcommand("run", "Generate tokens greedily from a prompt");
+  CLI::App* cmd = app.add_subcommand(
+      "run", "Generate from a prompt, printing the text as it is produced (greedy by default)");
   args->model.Add(cmd);
   auto* ids_opt =
       cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt as comma-separated token ids");
-  cmd->add_option("--prompt", args->prompt, "Prompt as text (needs the model's tokenizer)")
-      ->excludes(ids_opt);
-  cmd->add_flag("--chat", args->chat, "Render --prompt as one user turn of K3's chat template");
-  cmd->add_flag("--no-thinking", args->no_thinking, "With --chat: thinking off");
-  cmd->add_option("--reasoning-effort", args->effort, "With --chat: low, medium, high or max");
+  args->prompt_ids_opt = ids_opt;
+  args->prompt_opt =
+      cmd->add_option("--prompt", args->prompt, "Prompt as text (needs the model's tokenizer)")
+          ->excludes(ids_opt);
+  auto* chat =
+      cmd->add_flag("--chat", args->chat, "Render --prompt as one user turn of K3's chat template");
+  cmd->add_flag("--no-thinking", args->no_thinking, "With --chat: thinking off")->needs(chat);
+  cmd->add_option("--reasoning-effort", args->effort, "With --chat: low, medium, high or max")
+      ->check(OneOf({"low", "medium", "high", "max"}))
+      ->needs(chat);
+  auto* show_special = cmd->add_flag(
+      "--show-special", args->show_special,
+      "Print special tokens as their spellings (<|open|>, ...) and, with --chat, the raw output "
+      "without separating thinking from the answer");
+  cmd->add_flag("--hide-thinking", args->hide_thinking,
+                "With --chat: do not print K3's thinking (it is dimmed on a terminal, prefixed "
+                "\"thinking: \" in a file or pipe)")
+      ->needs(chat)
+      ->excludes(show_special);
   cmd->add_option("--max-new", args->max_new, "Maximum tokens to generate")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating after the stop token");
+      ->check(IntRange(1, int64_t{1} << 30));
+  cmd->add_flag("--ignore-eos", args->ignore_eos,
+                "Keep generating after the end-of-text token (and, with --chat, the end of the "
+                "message)");
+  auto* temperature = cmd->add_option("--temperature", args->temperature,
+                                      "Sampling temperature; 0 = greedy (the highest logit)");
+  temperature->check(NumberRange(0, 2));
+  args->top_p_opt = cmd->add_option("--top-p", args->top_p,
+                                    "With --temperature: sample from the smallest set of tokens "
+                                    "whose probability reaches this (1 = no cut)")
+                        ->check(NumberRange(0, 1));
+  args->top_k_opt =
+      cmd->add_option("--top-k", args->top_k,
+                      "With --temperature: sample from the k most likely tokens (0 = no cut)")
+          ->check(IntRange(0, INT32_MAX));
+  args->seed_opt = cmd->add_option("--seed", args->seed,
+                                   "With --temperature: random seed, for a repeatable run "
+                                   "(default: a fresh one, printed on stderr)")
+                       ->check(IntRange(0, INT64_MAX))
+                       ->default_str("");
+  cmd->add_option("--ids-out", args->ids_out,
+                  "Write the generated token ids to this file as one JSON array");
   cmd->add_option("--trace", args->trace,
                   "Write the router trace (one JSON line per fed position) to this file");
   cmd->add_flag("--stats", args->stats,
                 "Print per token: time, expert and spine bytes read, cache and prefetch hits, I/O "
                 "wait vs compute, GB/s, the floor and the floor ratio");
   cmd->add_option("--stats-json", args->stats_json, "Write the --stats numbers to this JSON file");
+  auto* progress = cmd->add_flag("--progress", args->progress,
+                                 "Print the prefill progress line even when stderr is not a "
+                                 "terminal (then one line per prefill chunk)");
+  cmd->add_flag("--no-progress", args->no_progress, "No prefill progress line on a terminal")
+      ->excludes(progress);
   cmd->callback([args, exit_code] { *exit_code = RunGenerate(*args); });
 }
 

@@ -79,38 +79,38 @@ void RegisterServe(CLI::App& app, int* exit_code) {
       app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/chat/completions)");
   args->model.Add(cmd);
   cmd->add_option("--host", o.host, "Address to bind (non-loopback needs --api-key)");
-  cmd->add_option("--port", o.port, "Port (0 = any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--port", o.port, "Port (0 = any free port)")->check(IntRange(0, 65535));
   cmd->add_option("--api-key", o.api_key, "Require Authorization: Bearer <key>");
   cmd->add_flag("--insecure-no-auth", o.insecure_no_auth,
                 "Allow a non-loopback --host without --api-key");
   cmd->add_option("--served-model-name", o.model_name,
                   "Model id in /v1/models and responses (default: the model folder's name)");
   cmd->add_option("--max-queue", o.max_queue, "Requests that may wait for the engine (then 429)")
-      ->check(CLI::Range(0, 100000));
+      ->check(IntRange(0, 100000));
   cmd->add_option("--ping-interval", o.ping_interval_s,
                   "Seconds between SSE keep-alive comments while nothing else is sent")
-      ->check(CLI::Range(0.01, 3600.0));
+      ->check(NumberRange(0.01, 3600.0));
   cmd->add_option("--retry-after", o.retry_after_s, "Retry-After seconds of a 429")
-      ->check(CLI::Range(0, 3600));
+      ->check(IntRange(0, 3600));
   cmd->add_option("--max-body-mib", args->max_body_mib, "Largest request body (then 413)")
-      ->check(CLI::Range(0.001, 4096.0));
+      ->check(NumberRange(0.001, 4096.0));
   cmd->add_option("--http-threads", o.http_threads, "HTTP connection threads")
-      ->check(CLI::Range(4, 4096));
+      ->check(IntRange(4, 4096));
   cmd->add_option("--read-timeout", o.read_timeout_s,
                   "Seconds a client may stall while sending a request body")
-      ->check(CLI::Range(0.1, 3600.0));
+      ->check(NumberRange(0.1, 3600.0));
   cmd->add_option("--header-timeout", o.header_timeout_s,
                   "Seconds a connection has to send a complete request head (then 408)")
-      ->check(CLI::Range(0.1, 3600.0));
+      ->check(NumberRange(0.1, 3600.0));
   cmd->add_option("--max-connections", o.max_connections,
                   "Open connections at once, idle or busy (then 503)")
-      ->check(CLI::Range(8, 1000000));
+      ->check(IntRange(8, 1000000));
   cmd->add_option("--completion-max-tokens", o.defaults.completion_max_tokens,
                   "Default max_tokens of /v1/completions")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+      ->check(IntRange(1, int64_t{1} << 30));
   cmd->add_option("--reasoning-effort", o.defaults.reasoning_effort,
                   "Default thinking effort of chats: low, medium, high, max")
-      ->check(CLI::IsMember({"low", "medium", "high", "max"}));
+      ->check(OneOf({"low", "medium", "high", "max"}));
   cmd->add_flag(
       "--no-thinking", [args](int64_t) { args->opt.defaults.thinking = false; },
       "Chats default to thinking off (requests can still turn it on)");
@@ -118,7 +118,7 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   cmd->add_option("--log-level", args->log_level,
                   "Least severe log lines written: debug, info (one line per request), warn, "
                   "error")
-      ->check(CLI::IsMember({"debug", "info", "warn", "error"}))
+      ->check(OneOf({"debug", "info", "warn", "error"}))
       ->capture_default_str();
   cmd->add_option("--cors-origin", o.cors_origins,
                   "Allow browser pages from this origin (scheme://host[:port], or * for any; "

@@ -42,15 +42,15 @@ void RegisterSetup(CLI::App& app, int* exit_code) {
   cmd->add_option("--revision", o->revision, "Branch, tag or commit (default main)");
   cmd->add_option("--token", o->token_flag, "Hugging Face access token (else HF_TOKEN, ...)");
   cmd->add_option("--jobs", o->jobs, "Files downloaded at once")
-      ->check(CLI::Range(1, 64))
+      ->check(IntRange(1, 64))
       ->capture_default_str();
   cmd->add_option("--connections", o->max_connections, "HTTP connections at most")
-      ->check(CLI::Range(1, 64))
+      ->check(IntRange(1, 64))
       ->capture_default_str();
   cmd->add_option("--retries", o->max_attempts,
                   "Attempts per HTTP request before giving up (429/5xx/broken transfers; waits "
                   "0.5 s doubling, or the server's Retry-After)")
-      ->check(CLI::Range(1, 20))
+      ->check(IntRange(1, 20))
       ->capture_default_str();
   cmd->add_flag("--skip-space-check", o->skip_space_check,
                 "Download even when the free disk looks too small");
@@ -72,7 +72,7 @@ void RegisterFetchExpertsAll(CLI::App& app, int* exit_code) {
   cmd->add_option("--model-dir,--model", *dir, "The stream install")->required();
   cmd->add_option("--token", *token, "Hugging Face access token (else HF_TOKEN, ...)");
   cmd->add_option("--connections", *connections, "HTTP connections at most")
-      ->check(CLI::Range(1, 64))
+      ->check(IntRange(1, 64))
       ->capture_default_str();
   cmd->callback([dir, token, connections, exit_code] {
     const Status s = setup::RunFetchExpertsAll(*dir, *token, *connections);

@@ -19,7 +19,7 @@ namespace {
 using tokenizer::Tokenizer;
 
 struct TokenizeArgs {
-  std::string model_dir, tiktoken, config, pattern = "k3", input, chat, effort = "max";
+  std::string model_dir, tiktoken, config, pattern, input, chat, effort = "max";
   bool decode = false, allow_special = false, no_thinking = false, text = false, jsonl = false;
   int threads = 1;
 };
@@ -45,7 +45,7 @@ void PrintIds(const std::vector<int32_t>& ids) {
 
 Result<std::unique_ptr<Tokenizer>> LoadTokenizer(const TokenizeArgs& a) {
   if (!a.model_dir.empty()) return Tokenizer::LoadModelDir(a.model_dir);
-  if (a.tiktoken.empty()) return Status::Error("give --model DIR or --tiktoken FILE");
+  if (a.tiktoken.empty()) return Status::Error("give --model DIR or --tiktoken FILE --pattern P");
   DF_ASSIGN_OR_RETURN(auto kind, tokenizer::ParsePatternKind(a.pattern));
   DF_ASSIGN_OR_RETURN(auto vocab, tokenizer::Vocab::LoadTiktoken(a.tiktoken));
   if (!a.config.empty()) {
@@ -56,6 +56,9 @@ Result<std::unique_ptr<Tokenizer>> LoadTokenizer(const TokenizeArgs& a) {
 }
 
 int RunTokenize(const TokenizeArgs& a) {
+  if (a.model_dir.empty() && a.tiktoken.empty()) {
+    return UsageError("give --model DIR, or --tiktoken FILE --pattern k3|cl100k|o200k");
+  }
   auto tok = LoadTokenizer(a);
   if (!tok.ok()) return Fail(tok.status());
   std::string in;
@@ -141,11 +144,19 @@ void RegisterTokenize(CLI::App& app, int* exit_code) {
   auto* model = cmd->add_option("--model", a->model_dir,
                                 "Model directory (tiktoken.model + tokenizer_config.json, K3 "
                                 "pattern)");
-  cmd->add_option("--tiktoken", a->tiktoken, "A tiktoken rank file instead of --model")
-      ->excludes(model);
+  auto* tiktoken = cmd->add_option("--tiktoken", a->tiktoken,
+                                   "A tiktoken rank file instead of --model (needs --pattern)")
+                       ->excludes(model);
   cmd->add_option("--tokenizer-config", a->config,
-                  "tokenizer_config.json with the special tokens (with --tiktoken)");
-  cmd->add_option("--pattern", a->pattern, "Pre-tokenizer with --tiktoken: k3, cl100k or o200k");
+                  "tokenizer_config.json with the special tokens (with --tiktoken)")
+      ->needs(tiktoken);
+  // No default: a rank file does not say which pre-tokenizer it was trained with, and the wrong
+  // one silently gives other ids.
+  auto* pattern = cmd->add_option("--pattern", a->pattern,
+                                  "Pre-tokenizer of the --tiktoken file: k3, cl100k or o200k")
+                      ->check(OneOf({"k3", "cl100k", "o200k"}))
+                      ->needs(tiktoken);
+  tiktoken->needs(pattern);
   cmd->add_option("--input", a->input, "Read this file instead of stdin");
   cmd->add_flag("--jsonl", a->jsonl,
                 "Input lines are JSON strings, each encoded separately (one array per line)");
@@ -153,13 +164,16 @@ void RegisterTokenize(CLI::App& app, int* exit_code) {
   cmd->add_flag("--allow-special", a->allow_special,
                 "Recognise special-token spellings in the text (default: ordinary text)");
   cmd->add_option("--threads", a->threads, "Threads for long inputs (0 = all cores)")
-      ->check(CLI::Range(0, 1024));
-  cmd->add_option("--chat", a->chat,
-                  "Render this chat request (messages array, or {messages, tools, thinking, "
-                  "reasoning_effort}) with K3's template");
-  cmd->add_flag("--no-thinking", a->no_thinking, "With --chat: thinking off");
-  cmd->add_option("--reasoning-effort", a->effort, "With --chat: low, medium, high or max");
-  cmd->add_flag("--text", a->text, "With --chat: print the rendered text instead of ids");
+      ->check(IntRange(0, 1024));
+  auto* chat = cmd->add_option("--chat", a->chat,
+                               "Render this chat request (messages array, or {messages, tools, "
+                               "thinking, reasoning_effort}) with K3's template");
+  cmd->add_flag("--no-thinking", a->no_thinking, "With --chat: thinking off")->needs(chat);
+  cmd->add_option("--reasoning-effort", a->effort, "With --chat: low, medium, high or max")
+      ->check(OneOf({"low", "medium", "high", "max"}))
+      ->needs(chat);
+  cmd->add_flag("--text", a->text, "With --chat: print the rendered text instead of ids")
+      ->needs(chat);
   cmd->callback([a, exit_code] { *exit_code = RunTokenize(*a); });
 }
 

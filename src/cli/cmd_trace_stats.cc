@@ -42,7 +42,7 @@ void RegisterTraceStats(CLI::App& app, int* exit_code) {
   cmd->add_option("--json", args->json, "Also write every statistic (all cache sizes) as JSON");
   cmd->add_option("--max-cache", args->max_cache,
                   "Largest LRU cache in entries (default: distinct (layer, expert) pairs seen)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+      ->check(IntRange(1, int64_t{1} << 30));
   cmd->callback([args, exit_code] { *exit_code = RunTraceStats(*args); });
 }
 

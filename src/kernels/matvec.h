@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace deltafin::kernels {
 
@@ -45,5 +46,12 @@ void MatMulI8(const int8_t* q, const float* scales, int64_t rows, int64_t cols, 
 
 // Dot product of two fp32 vectors in the same fixed order as the matrix kernels.
 float DotF32(const float* a, const float* b, int64_t n);
+
+// Highway's name of the target the kernels dispatch to on this CPU ("AVX3", "AVX2", "NEON",
+// "SCALAR"); the compiled-in targets (all, or those this CPU supports), best first,
+// space-separated; Highway's version. For `deltafin --version`.
+const char* ActiveSimdTarget();
+std::string SimdTargetNames(bool only_supported);
+std::string HighwayVersion();
 
 }  // namespace deltafin::kernels

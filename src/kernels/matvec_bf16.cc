@@ -1,6 +1,7 @@
 // BF16 and fp32 kernels, compiled once per Highway target (simd_targets.h): BF16 matrix × vectors,
 // BF16 transposed matrix-vector, fp32 dot. HWY_SCALAR calls the scalar references.
 #include <cmath>
+#include <string>
 
 #include "kernels/simd_targets.h"
 // Highway's per-target recompilation of this file.
@@ -102,5 +103,25 @@ Bf16RowsFn ChooseBf16Rows() { return &HWY_DYNAMIC_DISPATCH(Bf16RowsImpl); }
 DotF32Fn ChooseDotF32() { return &HWY_DYNAMIC_DISPATCH(DotF32Impl); }
 MatTVecBf16Fn ChooseMatTVecBf16() { return &HWY_DYNAMIC_DISPATCH(MatTVecBf16Impl); }
 }  // namespace internal
+
+// Dynamic dispatch picks the best (lowest-bit) target that is both compiled in and supported.
+const char* ActiveSimdTarget() {
+  const int64_t usable = hwy::SupportedTargets() & HWY_TARGETS;
+  return hwy::TargetName(usable & -usable);
+}
+
+std::string SimdTargetNames(bool only_supported) {
+  std::string out;
+  int64_t targets = HWY_TARGETS & (only_supported ? hwy::SupportedTargets() : ~int64_t{0});
+  for (; targets != 0; targets &= targets - 1) {
+    out += (out.empty() ? "" : " ") + std::string(hwy::TargetName(targets & -targets));
+  }
+  return out;
+}
+
+std::string HighwayVersion() {
+  return std::to_string(HWY_MAJOR) + "." + std::to_string(HWY_MINOR) + "." +
+         std::to_string(HWY_PATCH);
+}
 }  // namespace deltafin::kernels
 #endif  // HWY_ONCE

@@ -9,6 +9,7 @@
 #include "base/thread_pool.h"
 #include "experts/expert_streamer.h"
 #include "experts/memory_plan.h"
+#include "kernels/matvec.h"
 #include "model/forward.h"
 #include "model/spine_int8.h"
 #include "model/tensor_roster.h"
@@ -233,7 +234,8 @@ std::unique_ptr<Session> Engine::NewSession() const {
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
 
-Status Session::Prefill(std::span<const int32_t> tokens, std::span<float> all_logits) {
+Status Session::Prefill(std::span<const int32_t> tokens, std::span<float> all_logits,
+                        const PrefillProgress& progress) {
   const auto vocab = static_cast<size_t>(impl_->vocab);
   if (tokens.empty()) return Status::Error("prefill needs at least one token");
   if (!all_logits.empty() && all_logits.size() != tokens.size() * vocab) {
@@ -252,6 +254,7 @@ Status Session::Prefill(std::span<const int32_t> tokens, std::span<float> all_lo
           f.Run(tokens.data() + begin, static_cast<int64_t>(n), false, impl_->logits.data()));
     }
     begin += n;
+    if (progress) progress(static_cast<int64_t>(begin), static_cast<int64_t>(tokens.size()));
   }
   if (!all_logits.empty()) {
     std::copy_n(all_logits.data() + (tokens.size() - 1) * vocab, vocab, impl_->logits.data());
@@ -278,6 +281,11 @@ int32_t ArgmaxToken(std::span<const float> logits) {
     if (logits[i] > logits[best]) best = i;
   }
   return static_cast<int32_t>(best);
+}
+
+KernelBuildInfo GetKernelBuildInfo() {
+  return {kernels::ActiveSimdTarget(), kernels::SimdTargetNames(true),
+          kernels::SimdTargetNames(false), kernels::HighwayVersion()};
 }
 
 }  // namespace deltafin

@@ -14,18 +14,15 @@
 #include <string_view>
 #include <vector>
 
+#include "deltafin/sampler.h"
 #include "server/api_error.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deltafin::server {
 
-struct SamplingParams {
-  double temperature = 0;  // 0 = greedy (ArgmaxToken)
-  double top_p = 1;
-  int64_t top_k = 0;  // 0 = no top-k cut
-  std::optional<uint64_t> seed;
-};
+// Temperature, top-p, top-k and seed: the engine API's (deltafin/sampler.h), shared with `run`.
+using SamplingParams = deltafin::SamplingParams;
 
 enum class Endpoint { kChat, kCompletion };
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "server/sampler.h"
+#include "deltafin/sampler.h"
 
 namespace deltafin::server {
 

@@ -58,13 +58,14 @@ TEST_F(DemoTest, MakeModelThenRunGeneratesTokens) {
   const std::string model = (dir_ / "model").string();
   auto made = RunCli("make-model --preset tiny --seed 7 --out " + model);
   ASSERT_EQ(made.exit_code, 0) << made.output;
-  auto run = RunCli("run --model " + model + " --prompt-ids 72,101,108 --max-new 5");
+  const std::string ids_path = (dir_ / "ids.json").string();
+  auto run =
+      RunCli("run --model " + model + " --prompt-ids 72,101,108 --max-new 5 --ids-out " + ids_path);
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  // The first line of stdout is a JSON array of 5 ids (stderr has the timing line).
-  const auto open = run.output.find('['), close = run.output.find(']');
-  ASSERT_NE(open, std::string::npos) << run.output;
-  const std::string ids = run.output.substr(open + 1, close - open - 1);
-  EXPECT_EQ(std::count(ids.begin(), ids.end(), ','), 4) << run.output;
+  // --ids-out holds a JSON array of the 5 generated ids (stdout has their text).
+  const auto ids = nlohmann::json::parse(std::ifstream(ids_path), nullptr, false);
+  ASSERT_TRUE(ids.is_array()) << run.output;
+  EXPECT_EQ(ids.size(), 5u) << run.output;
 
   // logits: the file holds [3, vocab] floats and matches a second, identical run.
   const std::string out = (dir_ / "logits.f32").string();

@@ -141,14 +141,20 @@ class SetupTest : public ::testing::Test {
       EXPECT_TRUE(ReadAll(installed) == ReadAll(e.path())) << installed << " differs";
     }
   }
+  // The generated ids (the --ids-out JSON array), or the output of a failed run.
   static std::string Generate(const fs::path& model, const std::string& token = kToken,
                               bool endpoint = true) {
+    const fs::path ids =
+        fs::temp_directory_path() / ("deltafin_setup_ids_" + std::to_string(::getpid()) + ".json");
+    fs::remove(ids);
     auto run = Deltafin("run --model " + ShellQuote(model.string()) +
-                            " --prompt-ids 72,101,108,108,111 --max-new 8",
+                            " --prompt-ids 72,101,108,108,111 --max-new 8 --ids-out " +
+                            ShellQuote(ids.string()),
                         token, endpoint);
     EXPECT_EQ(run.exit_code, 0) << run.output;
-    const auto open = run.output.find('['), close = run.output.find(']');
-    return open == std::string::npos ? run.output : run.output.substr(open, close - open + 1);
+    const std::string out = run.exit_code == 0 ? ReadAll(ids) : run.output;
+    fs::remove(ids);
+    return out;
   }
   static bool AnyDownloadedFile(const fs::path& dir) {
     for (const auto& e : fs::recursive_directory_iterator(dir)) {

@@ -20,12 +20,8 @@ class StreamE2e : public ::testing::Test {
     auto made = RunCli("make-model --preset tiny --seed 11 --no-sync --out " + ShellQuote(model_));
     ASSERT_EQ(made.exit_code, 0) << made.output;
   }
-  // The first line of stdout from `run` (the JSON array of generated ids).
-  static std::string Ids(const std::string& output) {
-    const size_t open = output.find("\n[");
-    const size_t begin = output.rfind('[', 0) == 0 ? 0 : open + 1;
-    return output.substr(begin, output.find(']', begin) - begin + 1);
-  }
+  // The --ids-out file of a run (the JSON array of generated ids).
+  static std::string Ids(const std::string& path) { return ReadTextFile(path); }
   ScopedTempDir dir_;
   std::string model_;
 };
@@ -33,13 +29,17 @@ class StreamE2e : public ::testing::Test {
 TEST_F(StreamE2e, StreamedRunGeneratesTheSameTokensAndReportsItsBytes) {
   const std::string common =
       "run --model " + ShellQuote(model_) + " --prompt-ids 5,6,7,8,9 --max-new 8 --ignore-eos";
-  auto mapped = RunCli(common + " --experts mapped");
+  const std::string mapped_ids = dir_.Join("mapped.json"),
+                    streamed_ids = dir_.Join("streamed.json");
+  auto mapped = RunCli(common + " --experts mapped --ids-out " + ShellQuote(mapped_ids));
   ASSERT_EQ(mapped.exit_code, 0) << mapped.output;
   const std::string stats_path = dir_.Join("stats.json");
-  auto streamed = RunCli(common + " --experts streamed --expert-cache 1M --io-threads 2 --stats" +
-                         " --stats-json " + ShellQuote(stats_path));
+  auto streamed =
+      RunCli(common + " --experts streamed --expert-cache 1M --io-threads 2 --stats" +
+             " --stats-json " + ShellQuote(stats_path) + " --ids-out " + ShellQuote(streamed_ids));
   ASSERT_EQ(streamed.exit_code, 0) << streamed.output;
-  EXPECT_EQ(Ids(streamed.output), Ids(mapped.output)) << streamed.output;
+  EXPECT_EQ(Ids(streamed_ids), Ids(mapped_ids)) << streamed.output;
+  EXPECT_EQ(Ids(mapped_ids).front(), '[') << Ids(mapped_ids);
   EXPECT_NE(streamed.output.find("streamed through a RAM cache of 1.00 MiB"), std::string::npos)
       << streamed.output;
   EXPECT_NE(streamed.output.find("decode pos 5:"), std::string::npos) << streamed.output;

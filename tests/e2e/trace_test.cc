@@ -54,11 +54,12 @@ TEST_F(TraceTest, RunTraceThenTraceStats) {
   // 6 generated tokens of which the first 5 are fed back: 10 positions.
   const std::string trace = (dir_ / "router_trace.jsonl").string();
   const std::string flags = " --prompt-ids 72,101,108,108,111 --prefill-chunk 2 --max-new 6";
-  auto run = RunCli("run --model " + model + flags + " --ignore-eos --trace " + trace);
+  const std::string ids = (dir_ / "ids.json").string();
+  auto run = RunCli("run --model " + model + flags + " --ignore-eos --trace " + trace +
+                    " --ids-out " + ids);
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  const auto open = run.output.find('['), close = run.output.find(']');
-  ASSERT_NE(open, std::string::npos) << run.output;
-  const json generated = json::parse(run.output.substr(open, close - open + 1), nullptr, false);
+  std::ifstream ids_in(ids);
+  const json generated = json::parse(ids_in, nullptr, false);
   ASSERT_TRUE(generated.is_array() && generated.size() == 6) << run.output;
   std::vector<int64_t> fed = {72, 101, 108, 108, 111};
   for (size_t i = 0; i + 1 < generated.size(); ++i) fed.push_back(generated[i].get<int64_t>());

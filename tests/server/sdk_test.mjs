@@ -4,7 +4,9 @@
 // Each check throws on failure; the process exits non-zero on the first failure.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import OpenAI from 'openai';
 
 const [bin, model, baseURL, authBaseURL, apiKey] = process.argv.slice(2);
@@ -46,9 +48,11 @@ test('models and health', async () => {
 
 test('completion equals `deltafin run` greedy output', async () => {
   const ids = [72, 101, 108, 108, 111, 32, 119];
-  const run = execFileSync(bin, ['run', '--model', model, '--prompt-ids', ids.join(','),
-    '--max-new', '10'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
-  const runIds = JSON.parse(run.split('\n')[0]);
+  // `run` prints the text on stdout and writes the ids to --ids-out.
+  const idsFile = join(mkdtempSync(join(tmpdir(), 'deltafin-sdk-')), 'ids.json');
+  execFileSync(bin, ['run', '--model', model, '--prompt-ids', ids.join(','), '--max-new', '10',
+    '--ids-out', idsFile], { stdio: ['ignore', 'ignore', 'ignore'] });
+  const runIds = JSON.parse(readFileSync(idsFile, 'utf8'));
   assert.equal(runIds.length, 10, 'the greedy run must not hit EOS within 10 tokens');
   const r = await client.completions.create({ model: 'x', prompt: ids, max_tokens: 10 });
   const decoded = execFileSync(bin, ['tokenize', '--model', model, '--decode'],

@@ -10,10 +10,10 @@
 #include "base/log.h"
 #include "deltafin/engine.h"
 #include "server/cors.h"
+#include "deltafin/sampler.h"
 #include "server/output.h"
 #include "server/request.h"
 #include "server/response_json.h"
-#include "server/sampler.h"
 #include "server/stop_matcher.h"
 #include "tokenizer/tokenizer.h"
 

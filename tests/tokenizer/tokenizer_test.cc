@@ -1,9 +1,10 @@
 // Tests of the tokenizer core (src/tokenizer): ids on the golden tiny vocabulary (expected values
 // produced by npm tiktoken, the oracle), special tokens only when allowed, the Kimi splitting
 // rule (K3 only: tiktoken's encodings keep 25,000+ whitespace runs whole), the pre-tokenizer's
-// pieces on the pattern's edge cases, BPE strategies agreeing, the
-// parallel path matching the sequential one, decoding, the streaming UTF-8 decoder, and every
-// bad-input case (malformed rank files, special ids outside the vocabulary, invalid UTF-8).
+// pieces on the pattern's edge cases, BPE strategies agreeing, the parallel path matching the
+// sequential one, decoding, the streaming UTF-8 decoder and the incremental detokenizer `run`
+// streams through, and every bad-input case (malformed rank files, special ids outside the
+// vocabulary, invalid UTF-8).
 #include "tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "tokenizer/bpe.h"
+#include "tokenizer/detokenizer.h"
 #include "tokenizer/utf8.h"
 
 namespace deltafin::tokenizer {
@@ -325,6 +327,71 @@ TEST(Utf8StreamDecoderTest, NeverEmitsPartialSequences) {
   Utf8StreamDecoder tail;
   EXPECT_EQ(tail.Feed("x\xf0\x9f"), "x");
   EXPECT_EQ(tail.Flush(), "\uFFFD");
+}
+
+// Multi-byte characters fed one byte-token at a time: nothing partial is ever shown, and the
+// whole equals the text.
+TEST(StreamDetokenizerTest, HoldsBackSplitCharactersUntilComplete) {
+  const std::string text = "aé€😀z";
+  std::vector<int32_t> ids;
+  for (char c : text) {
+    const uint32_t rank = Tiny().vocab().ranks().Find(std::string(1, c));
+    ASSERT_NE(rank, kNoRank);
+    ids.push_back(static_cast<int32_t>(rank));
+  }
+  StreamDetokenizer detok(Tiny(), false);
+  std::string shown;
+  std::vector<std::string> steps;
+  for (int32_t id : ids) {
+    std::string step;
+    ASSERT_TRUE(detok.Feed(id, &step).ok());
+    EXPECT_TRUE(ValidateUtf8(step).ok()) << "partial character shown";
+    steps.push_back(step);
+    shown += step;
+  }
+  detok.Finish(&shown);
+  EXPECT_EQ(shown, text);
+  // "€" is 3 bytes: nothing after its first two, all of it with the third.
+  EXPECT_EQ(steps[3], "");
+  EXPECT_EQ(steps[4], "");
+  EXPECT_EQ(steps[5], "€");
+}
+
+TEST(StreamDetokenizerTest, MatchesTheWholeDecodeOnRandomIds) {
+  std::mt19937 rng(5);
+  const auto ranks = static_cast<int32_t>(Tiny().vocab().num_ranks());
+  std::vector<int32_t> ids(400);
+  for (auto& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(ranks));
+  StreamDetokenizer detok(Tiny(), false);
+  std::string shown;
+  for (int32_t id : ids) ASSERT_TRUE(detok.Feed(id, &shown).ok());
+  detok.Finish(&shown);
+  auto bytes = Tiny().Decode(ids);
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(shown, DecodeUtf8Lossy(*bytes));
+}
+
+TEST(StreamDetokenizerTest, SpecialTokensHiddenUnlessAskedAndNeverJoinBytes) {
+  const int32_t open = Tiny().SpecialId("<|open|>");
+  ASSERT_GE(open, 0);
+  const auto byte = [](unsigned char c) {
+    return static_cast<int32_t>(Tiny().vocab().ranks().Find(std::string(1, static_cast<char>(c))));
+  };
+  // "h", the first two bytes of "€", <|open|>, the last byte of "€", "i".
+  const std::vector<int32_t> ids = {byte('h'), byte(0xE2), byte(0x82), open, byte(0xAC), byte('i')};
+  for (bool show : {false, true}) {
+    StreamDetokenizer detok(Tiny(), show);
+    std::string shown;
+    for (int32_t id : ids) ASSERT_TRUE(detok.Feed(id, &shown).ok());
+    detok.Finish(&shown);
+    // The special ends the partial "€" (U+FFFD); the stray continuation byte is another.
+    EXPECT_EQ(shown, show ? "h\uFFFD<|open|>\uFFFDi" : "h\uFFFD\uFFFDi");
+  }
+  StreamDetokenizer detok(Tiny(), false);
+  std::string shown = "kept";
+  EXPECT_FALSE(detok.Feed(static_cast<int32_t>(Tiny().vocab().vocab_size()), &shown).ok());
+  EXPECT_FALSE(detok.Feed(-1, &shown).ok());
+  EXPECT_EQ(shown, "kept");
 }
 
 // ---- bad rank files and configs ----

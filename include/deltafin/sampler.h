@@ -1,4 +1,6 @@
-// Token sampling from one position's logits: temperature, top-k, top-p (nucleus), seeded.
+// Token sampling from one position's logits: temperature, top-k, top-p (nucleus), seeded. Part
+// of the engine API next to ArgmaxToken, so `deltafin run` and the server draw tokens the same
+// way from the same flags or request fields.
 //
 // Temperature 0 is greedy and returns exactly ArgmaxToken (ties to the lowest id). Otherwise the
 // candidates are sorted by logit (ties by id), cut to top_k, softmaxed at the temperature in
@@ -8,14 +10,20 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <utility>
 #include <vector>
 
-#include "server/request.h"
+namespace deltafin {
 
-namespace deltafin::server {
+struct SamplingParams {
+  double temperature = 0;  // 0 = greedy (ArgmaxToken)
+  double top_p = 1;        // nucleus mass in (0, 1]; 1 = no cut
+  int64_t top_k = 0;       // 0 = no top-k cut
+  std::optional<uint64_t> seed;
+};
 
 class Sampler {
  public:
@@ -30,4 +38,4 @@ class Sampler {
   std::vector<double> probs_;
 };
 
-}  // namespace deltafin::server
+}  // namespace deltafin

@@ -1,12 +1,12 @@
 // Sampler implementation (see sampler.h for the exact procedure).
-#include "server/sampler.h"
+#include "deltafin/sampler.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "deltafin/engine.h"
 
-namespace deltafin::server {
+namespace deltafin {
 
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {}
@@ -61,4 +61,4 @@ int32_t Sampler::Sample(std::span<const float> logits) {
   return cand_[keep - 1].second;
 }
 
-}  // namespace deltafin::server
+}  // namespace deltafin
