@@ -73,10 +73,15 @@ class StatsReporter {
     step.proc_read_bytes = ProcReadBytes() - io_before_;
     step.position = session_.position() - 1;
     if (print_) LogInfo(std::string(kind) + " " + FormatStep(step, disk_bps_));
+    table_.Add(step, std::string(kind) == "decode");
     nlohmann::json j = StepJson(step, disk_bps_);
     j["kind"] = kind;
     j["positions"] = step.delta.positions;
     doc_["steps"].push_back(std::move(j));
+  }
+  // `--stats`: the op-family summary table (cli/token_stats.h) after the last step.
+  void PrintSummary() const {
+    if (print_) LogInfo(table_.Format());
   }
   Status Write() const {
     if (json_path_.empty()) return Status::Ok();
@@ -93,6 +98,7 @@ class StatsReporter {
   SessionStats before_;
   uint64_t io_before_ = 0;
   std::chrono::steady_clock::time_point start_;
+  OpBreakdownTable table_;
 };
 
 int RunGenerate(const RunArgs& args) {
@@ -166,6 +172,7 @@ int RunGenerate(const RunArgs& args) {
   const auto t2 = Clock::now();
   st = stats.Write();
   if (!st.ok()) return Fail(st);
+  stats.PrintSummary();
   std::string out = "[";
   for (size_t i = 0; i < generated.size(); ++i) {
     out += (i ? "," : "") + std::to_string(generated[i]);
