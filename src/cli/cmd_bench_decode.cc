@@ -209,8 +209,10 @@ std::string DecodeSvg(const nlohmann::json& j) {
                 j.value("floor_s", 0.0));
   bars.title = title;
   bars.y_label = "seconds";
-  bars.x_label = "decode step (position; * = warm-up step, not counted)";
-  bars.mark_label = "floor: max(disk bytes / bandwidth, compute)";
+  bars.x_label =
+      "decode step (position; * = first step, not in the median); floor = max(needed disk bytes "
+      "/ measured bandwidth, compute)";
+  bars.mark_label = "floor = max(I/O, compute)";
   std::vector<OpFamily> order = {OpFamily::kExpertIoWait, OpFamily::kSpineIoWait};
   for (size_t f = 0; f < kOpFamilyCount; ++f) {
     const auto family = static_cast<OpFamily>(f);

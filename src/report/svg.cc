@@ -180,7 +180,7 @@ const char* SeriesColor(size_t index) {
 
 void DrawStackedBars(Svg& svg, const StackedBars& c, const Panel& p) {
   svg.BeginGroup(c.id);
-  const Area a = PlotArea(p, 170);
+  const Area a = PlotArea(p, 190);
   double y_max = 0;
   for (size_t b = 0; b < c.values.size(); ++b) {
     double total = 0;

@@ -100,7 +100,7 @@ TEST_F(StreamE2e, BenchDecodeResidentReportsTheBreakdownAndDrawsIt) {
   EXPECT_EQ(text.rfind("<?xml", 0), 0u);
   EXPECT_NE(text.find("id=\"decode-steps\""), std::string::npos);
   EXPECT_NE(text.find(">routed_experts</text>"), std::string::npos);
-  EXPECT_NE(text.find("floor: max(disk bytes / bandwidth, compute)"), std::string::npos);
+  EXPECT_NE(text.find("floor = max(I/O, compute)"), std::string::npos);
   EXPECT_EQ(text.find("<script"), std::string::npos);
 }
 
