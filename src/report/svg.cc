@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 namespace deltafin::report {
@@ -19,6 +20,12 @@ std::string Short(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g", v);
   return buf;
+}
+
+// An axis label: integers as written up to 99999 (cache sizes, layers), then 3 digits.
+std::string Tick(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e5) return std::to_string(static_cast<int64_t>(v));
+  return Short(v);
 }
 
 // 1, 2 or 5 times a power of ten, so that about `ticks` steps cover `span`.
@@ -275,7 +282,7 @@ void DrawHeatmap(Svg& svg, const Heatmap& c, const Panel& p) {
   }
   const double step = NiceStep(static_cast<double>(cols), 8);
   for (double e = 0; e < static_cast<double>(cols); e += step) {
-    svg.Text(a.left + (e + 0.5) * cw, a.top + a.height + 16, Short(e), 10, "middle");
+    svg.Text(a.left + (e + 0.5) * cw, a.top + a.height + 16, Tick(e), 10, "middle");
   }
   svg.Line(a.left, a.top + a.height, a.left + a.width, a.top + a.height, "#444444", 1);
   // Colour key.
@@ -319,15 +326,19 @@ void DrawLineChart(Svg& svg, const LineChart& c, const Panel& p) {
   DrawYAxis(svg, a, c.y_min, c.y_max);
   // X ticks: powers of two on a log axis, nice steps on a linear one.
   if (c.log_x) {
-    for (double x = std::exp2(std::ceil(lo)); x <= x_max * (1 + 1e-9); x *= 2) {
+    // Every power of two gets a tick; labels thin out so that at most about 10 are written.
+    const int powers = static_cast<int>(std::floor(std::log2(x_max)) - std::ceil(lo)) + 1;
+    const int label_every = std::max(1, (powers + 9) / 10);
+    int index = 0;
+    for (double x = std::exp2(std::ceil(lo)); x <= x_max * (1 + 1e-9); x *= 2, ++index) {
       svg.Line(px(x), a.top + a.height, px(x), a.top + a.height + 4, "#444444", 1);
-      svg.Text(px(x), a.top + a.height + 16, Short(x), 10, "middle");
+      if (index % label_every == 0) svg.Text(px(x), a.top + a.height + 16, Tick(x), 10, "middle");
     }
   } else {
     const double step = NiceStep(hi - lo, 8);
     for (double x = std::ceil(lo / step) * step; x <= hi + step * 1e-9; x += step) {
       svg.Line(px(x), a.top + a.height, px(x), a.top + a.height + 4, "#444444", 1);
-      svg.Text(px(x), a.top + a.height + 16, Short(x), 10, "middle");
+      svg.Text(px(x), a.top + a.height + 16, Tick(x), 10, "middle");
     }
   }
   std::vector<std::string> names;
