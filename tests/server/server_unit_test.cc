@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "deltafin/engine.h"
+#include "server/metrics.h"
 #include "server/output.h"
 #include "server/request.h"
 #include "server/response_json.h"
@@ -282,6 +283,26 @@ TEST(ResponseJsonTest, ChunksAndUsage) {
   auto u = UsageChunk(meta, Usage{3, 4, 1, 0});
   EXPECT_TRUE(u["choices"].empty());
   EXPECT_EQ(u["usage"]["prompt_tokens_details"]["cached_tokens"], 1);
+}
+
+TEST(MetricsTest, RendersTheOpFamilyBreakdownOnePerFamily) {
+  Metrics metrics;
+  SessionStats stats;
+  stats.op_seconds[static_cast<size_t>(OpFamily::kKdaRecurrence)] = 0.25;
+  stats.op_seconds[static_cast<size_t>(OpFamily::kExpertIoWait)] = 1.5;
+  metrics.SetSessionStats(stats);
+  const std::string text = metrics.Render(0);
+  EXPECT_NE(text.find("deltafin_op_seconds_total{family=\"kda_recurrence\"} 0.25\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("deltafin_op_seconds_total{family=\"expert_io_wait\"} 1.5\n"),
+            std::string::npos);
+  size_t families = 0;
+  for (size_t at = text.find("deltafin_op_seconds_total{"); at != std::string::npos;
+       at = text.find("deltafin_op_seconds_total{", at + 1)) {
+    ++families;
+  }
+  EXPECT_EQ(families, kOpFamilyCount);
 }
 
 }  // namespace
