@@ -6,6 +6,8 @@
 // every buffer it touches is reserved when the Session is created.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -89,6 +91,33 @@ class ForwardObserver {
                        std::span<const int32_t> /*experts*/, std::span<const float> /*weights*/) {}
 };
 
+// Where a forward pass's wall time went (docs/BREAKDOWN.md). The forward pass reads the steady
+// clock at every section boundary and charges the time since the previous read to the section's
+// family, so every moment of a forward pass is charged to exactly one family and the families
+// sum to the passes' wall time. Sections that belong to no family are charged to kOther.
+enum class OpFamily : uint8_t {
+  kEmbedding,          // token embedding rows widened to fp32
+  kKdaProjections,     // KDA q/k/v, decay, beta and gate projections, and o_proj
+  kKdaConv,            // KDA causal short convolutions (q, k, v)
+  kKdaRecurrence,      // KDA gated delta-rule state update and read, head norm, output gate
+  kMlaProjections,     // MLA q/kv/gate projections, latent-cache append, o_proj
+  kMlaAttention,       // MLA absorbed attention over the latent cache
+  kAttnRes,            // Block AttnRes mixes, sub-layer RMSNorms, anchors and residual adds
+  kDenseFfn,           // the dense FFN of the first layers
+  kRouter,             // router logits and top-k selection (lookahead guesses included)
+  kRoutedExperts,      // routed experts' MXFP4 products, SiTU, the weighted combine
+  kSharedExperts,      // the fused shared experts
+  kLatentProjections,  // LatentMoE latent_down, latent norm and latent_up
+  kLmHead,             // final norm and lm_head
+  kExpertIoWait,       // waiting for expert reads or fetches (and queueing them)
+  kSpineIoWait,        // bringing spine pages in from disk (a spine that is not resident)
+  kOther,              // the rest: observer callbacks, argument checks, loop bookkeeping
+  kCount
+};
+inline constexpr size_t kOpFamilyCount = static_cast<size_t>(OpFamily::kCount);
+// snake_case name of a family ("kda_recurrence", "expert_io_wait", ...), as in --stats-json.
+const char* OpFamilyName(OpFamily family);
+
 // Cumulative counters of one session since it was created (or since ResetStats()). Filled by the
 // forward pass and the expert source; read by `run --stats`, `bench decode` and the server's
 // /metrics. "Loads" count (layer, expert) pairs a forward pass needed, once per chunk.
@@ -107,6 +136,9 @@ struct SessionStats {
   uint64_t spine_bytes_read = 0;  // spine bytes read from disk (streamed spine only)
   double io_wait_seconds = 0;     // time the forward pass waited for expert or spine reads
   double compute_seconds = 0;     // wall time of forward passes minus io_wait_seconds
+  // Wall time of forward passes by family, indexed by OpFamily; sums to their wall time.
+  std::array<double, kOpFamilyCount> op_seconds{};
+  double op(OpFamily family) const { return op_seconds[static_cast<size_t>(family)]; }
 };
 
 class Engine;

@@ -8,12 +8,14 @@
 // Per step it records wall time, the engine's byte and time counters and /proc/self/io
 // read_bytes. The report: median seconds per token over the steps after the first, bytes per
 // token, the measured disk bandwidth, the floor = max(disk bytes per token / bandwidth, compute
-// seconds per token), and the floor ratio = s/token / floor. The parent adds the cgroup's peak
-// memory use.
+// seconds per token), and the floor ratio = s/token / floor; the mean op-family breakdown per
+// token and every step's numbers (--json), and stacked bars of each step's breakdown with its
+// floor (--svg). The parent adds the cgroup's peak memory use.
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -27,6 +29,7 @@
 #include "cli/memory_cgroup.h"
 #include "cli/token_stats.h"
 #include "experts/memory_plan.h"
+#include "report/svg.h"
 
 namespace deltafin::cli {
 
@@ -40,6 +43,7 @@ struct DecodeBenchArgs {
   int64_t probe_experts = 0;  // 0: about 1 GiB of experts (at least 256, at most 4096)
   bool no_memory_limit = false;
   std::string json_path;
+  std::string svg_path;
 };
 
 // Process overhead outside the engine's plan (binary, libraries, thread stacks, allocator).
@@ -119,6 +123,22 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
     DF_ASSIGN_OR_RETURN(disk_after, measure_disk(seed + 1, "after"));
   }
   const double disk_bps = std::max(disk_before, disk_after);
+  nlohmann::json step_docs = nlohmann::json::array();
+  std::array<double, kOpFamilyCount> ops{};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    nlohmann::json sj = StepJson(steps[i], disk_bps);
+    sj["counted"] = i > 0;
+    step_docs.push_back(std::move(sj));
+    if (i == 0) continue;
+    for (size_t f = 0; f < kOpFamilyCount; ++f) ops[f] += steps[i].delta.op_seconds[f];
+  }
+  nlohmann::json ops_per_token = nlohmann::json::object();
+  double ops_sum = 0;
+  for (size_t f = 0; f < kOpFamilyCount; ++f) {
+    const double per_token = steps.size() > 1 ? ops[f] / static_cast<double>(steps.size() - 1) : 0;
+    ops_per_token[OpFamilyName(static_cast<OpFamily>(f))] = per_token;
+    ops_sum += per_token;
+  }
   std::vector<double> secs, compute, expert_b, needed_b, spine_b, proc_b, hits, loads, pf_hits;
   for (size_t i = 1; i < steps.size(); ++i) {  // the first step is not counted
     const StepStats& s = steps[i];
@@ -168,8 +188,52 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
       {"spine", info.spine_int8 ? "int8" : "bf16"},
       {"io_threads", options.io_threads},
       {"lookahead", a.model.lookahead},
+      // Mean seconds per counted token by op family (docs/BREAKDOWN.md); they sum to
+      // ops_sum_s_per_token, the mean forward-pass wall time (s_per_token is a median).
+      {"ops_s_per_token", ops_per_token},
+      {"ops_sum_s_per_token", ops_sum},
+      {"steps", step_docs},
   };
   return j;
+}
+
+// `--svg`: one stacked bar per decode step (the uncounted first one included, labelled), its
+// op families with the I/O waits at the bottom, and the step's floor as a black mark.
+std::string DecodeSvg(const nlohmann::json& j) {
+  report::StackedBars bars;
+  bars.id = "decode-steps";
+  char title[200];
+  std::snprintf(title, sizeof title,
+                "bench decode %s: time per token by op family (median %.4g s, floor %.4g s)",
+                j.value("scenario", "").c_str(), j.value("s_per_token", 0.0),
+                j.value("floor_s", 0.0));
+  bars.title = title;
+  bars.y_label = "seconds";
+  bars.x_label =
+      "decode step (position; * = first step, not in the median); floor = max(needed disk bytes "
+      "/ measured bandwidth, compute)";
+  bars.mark_label = "floor = max(I/O, compute)";
+  std::vector<OpFamily> order = {OpFamily::kExpertIoWait, OpFamily::kSpineIoWait};
+  for (size_t f = 0; f < kOpFamilyCount; ++f) {
+    const auto family = static_cast<OpFamily>(f);
+    if (family != OpFamily::kExpertIoWait && family != OpFamily::kSpineIoWait &&
+        family != OpFamily::kOther) {
+      order.push_back(family);
+    }
+  }
+  order.push_back(OpFamily::kOther);
+  for (OpFamily f : order) bars.series.push_back(OpFamilyName(f));
+  for (const auto& step : j.at("steps")) {
+    std::vector<double> values;
+    for (OpFamily f : order) values.push_back(step.at("ops").value(OpFamilyName(f), 0.0));
+    bars.values.push_back(std::move(values));
+    bars.marks.push_back(step.value("floor_s", -1.0));
+    bars.bar_labels.push_back(std::to_string(step.value("position", 0)) +
+                              (step.value("counted", true) ? "" : "*"));
+  }
+  report::Svg svg(1100, 520);
+  report::DrawStackedBars(svg, bars, {0, 0, 1100, 520});
+  return svg.Finish();
 }
 
 void PrintReport(const nlohmann::json& j) {
@@ -204,6 +268,11 @@ void PrintReport(const nlohmann::json& j) {
                   v.is_string() ? v.get<std::string>().c_str() : v.dump().c_str());
     }
   }
+  if (!j.contains("ops_s_per_token")) return;
+  for (const auto& [family, seconds] : j["ops_s_per_token"].items()) {
+    std::printf("| ops: %s s/token | %.4g |\n", family.c_str(), seconds.get<double>());
+  }
+  std::printf("| ops: sum s/token | %.4g |\n", j.value("ops_sum_s_per_token", 0.0));
 }
 
 int RunDecodeBench(const DecodeBenchArgs& a) {
@@ -288,6 +357,11 @@ int RunDecodeBench(const DecodeBenchArgs& a) {
     Status st = WriteFileAtomically(a.json_path, text.data(), text.size());
     if (!st.ok()) return Fail(st);
   }
+  if (!a.svg_path.empty()) {
+    const std::string text = DecodeSvg(j);
+    Status st = WriteFileAtomically(a.svg_path, text.data(), text.size());
+    if (!st.ok()) return Fail(st);
+  }
   return 0;
 }
 
@@ -316,7 +390,11 @@ void RegisterBenchDecode(CLI::App* bench, int* exit_code) {
                   "Expert reads for the disk measurement (0 = about 1 GiB)");
   cmd->add_flag("--no-memory-limit", args->no_memory_limit,
                 "Do not create a memory cgroup (numbers are then not trustworthy)");
-  cmd->add_option("--json", args->json_path, "Also write the report as JSON");
+  cmd->add_option("--json", args->json_path,
+                  "Also write the report as JSON (with every step's op-family breakdown)");
+  cmd->add_option("--svg", args->svg_path,
+                  "Also draw each step's time by op family and I/O wait, with its floor, as a "
+                  "plain SVG");
   cmd->callback([args, exit_code] { *exit_code = RunDecodeBench(*args); });
 }
 

@@ -104,10 +104,15 @@ class StatsReporter {
     step.proc_read_bytes = ProcReadBytes() - io_before_;
     step.position = session_.position() - 1;
     if (print_) LogInfo(std::string(kind) + " " + FormatStep(step, disk_bps_));
+    table_.Add(step, std::string(kind) == "decode");
     nlohmann::json j = StepJson(step, disk_bps_);
     j["kind"] = kind;
     j["positions"] = step.delta.positions;
     doc_["steps"].push_back(std::move(j));
+  }
+  // `--stats`: the op-family summary table (cli/token_stats.h) after the last step.
+  void PrintSummary() const {
+    if (print_) LogInfo(table_.Format());
   }
   Status Write() const {
     if (json_path_.empty()) return Status::Ok();
@@ -124,6 +129,7 @@ class StatsReporter {
   SessionStats before_;
   uint64_t io_before_ = 0;
   std::chrono::steady_clock::time_point start_;
+  OpBreakdownTable table_;
 };
 
 // Generated ids → what stdout shows: K3's channels through the chat parser (--chat), the plain
@@ -341,6 +347,7 @@ int RunGenerate(const RunArgs& args) {
     written = WriteFileAtomically(args.ids_out, json.data(), json.size());
   }
   if (Status s = stats.Write(); written.ok()) written = s;
+  stats.PrintSummary();
   if (!st.ok()) {
     return Fail(st.WithContext(
         "after " + std::to_string(generated.size()) + " generated tokens (shown above" +

@@ -1,6 +1,7 @@
-// `deltafin trace-stats FILE [--json OUT] [--max-cache N]`: statistics of a router trace written
-// by `run --trace` (trace/trace_stats.h, docs/TRACE.md): consecutive-token expert overlap,
-// per-layer usage spread, and the hit-rate curve of an LRU expert cache of 1..N entries.
+// `deltafin trace-stats FILE [--json OUT] [--svg OUT] [--max-cache N]`: statistics of a router
+// trace written by `run --trace` (trace/trace_stats.h, docs/TRACE.md): consecutive-token expert
+// overlap, per-layer usage spread, and the hit-rate curve of an LRU expert cache of 1..N entries;
+// --svg draws them (usage heatmap, overlap against chance, hit-rate curve).
 #include <cstdio>
 #include <string>
 
@@ -15,6 +16,7 @@ namespace {
 struct TraceStatsArgs {
   std::string trace;
   std::string json;
+  std::string svg;
   int64_t max_cache = 0;
 };
 
@@ -26,6 +28,11 @@ int RunTraceStats(const TraceStatsArgs& args) {
   if (!args.json.empty()) {
     const std::string text = trace::TraceStatsJson(stats);
     Status st = WriteFileAtomically(args.json, text.data(), text.size());
+    if (!st.ok()) return Fail(st);
+  }
+  if (!args.svg.empty()) {
+    const std::string text = trace::TraceStatsSvg(stats);
+    Status st = WriteFileAtomically(args.svg, text.data(), text.size());
     if (!st.ok()) return Fail(st);
   }
   return 0;
@@ -40,6 +47,9 @@ void RegisterTraceStats(CLI::App& app, int* exit_code) {
   cmd->add_option("trace", args->trace, "Router trace (run --trace), one JSON line per position")
       ->required();
   cmd->add_option("--json", args->json, "Also write every statistic (all cache sizes) as JSON");
+  cmd->add_option("--svg", args->svg,
+                  "Also draw the statistics as a plain SVG: layer x expert usage heatmap, overlap "
+                  "per layer against chance, LRU hit-rate curve");
   cmd->add_option("--max-cache", args->max_cache,
                   "Largest LRU cache in entries (default: distinct (layer, expert) pairs seen)")
       ->check(IntRange(1, int64_t{1} << 30));

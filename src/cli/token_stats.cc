@@ -1,6 +1,7 @@
 #include "cli/token_stats.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -31,6 +32,7 @@ SessionStats Subtract(const SessionStats& a, const SessionStats& b) {
   d.spine_bytes_read = a.spine_bytes_read - b.spine_bytes_read;
   d.io_wait_seconds = a.io_wait_seconds - b.io_wait_seconds;
   d.compute_seconds = a.compute_seconds - b.compute_seconds;
+  for (size_t f = 0; f < kOpFamilyCount; ++f) d.op_seconds[f] = a.op_seconds[f] - b.op_seconds[f];
   return d;
 }
 
@@ -59,7 +61,76 @@ std::string FormatStep(const StepStats& s, double disk_bps) {
                 static_cast<double>(s.SpineBytes()) / mb, s.delta.io_wait_seconds,
                 s.delta.compute_seconds, s.seconds > 0 ? bytes / s.seconds / 1e9 : 0.0, floor,
                 floor > 0 ? s.seconds / floor : 0.0);
-  return line;
+  return std::string(line) + "\n  ops ms: " + FormatOps(s.delta);
+}
+
+double OpsSum(const SessionStats& d) {
+  double sum = 0;
+  for (double v : d.op_seconds) sum += v;
+  return sum;
+}
+
+std::string FormatOps(const SessionStats& d) {
+  std::array<size_t, kOpFamilyCount> order;
+  for (size_t f = 0; f < kOpFamilyCount; ++f) order[f] = f;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return d.op_seconds[a] > d.op_seconds[b]; });
+  std::string out;
+  char part[64];
+  for (size_t f : order) {
+    // Below 5 µs a family is noise at this precision; the JSON has every family.
+    if (d.op_seconds[f] < 5e-6) continue;
+    std::snprintf(part, sizeof part, "%s%s %.2f", out.empty() ? "" : ", ",
+                  OpFamilyName(static_cast<OpFamily>(f)), d.op_seconds[f] * 1e3);
+    out += part;
+  }
+  return out.empty() ? "(none)" : out;
+}
+
+nlohmann::json OpsJson(const SessionStats& d) {
+  nlohmann::json ops = nlohmann::json::object();
+  for (size_t f = 0; f < kOpFamilyCount; ++f) {
+    ops[OpFamilyName(static_cast<OpFamily>(f))] = d.op_seconds[f];
+  }
+  return ops;
+}
+
+void OpBreakdownTable::Add(const StepStats& step, bool decode) {
+  auto& ops = decode ? decode_ : prefill_;
+  for (size_t f = 0; f < kOpFamilyCount; ++f) ops[f] += step.delta.op_seconds[f];
+  (decode ? decode_wall_ : prefill_wall_) += step.seconds;
+  if (decode) ++decode_steps_;
+}
+
+std::string OpBreakdownTable::Format() const {
+  const double per_token = decode_steps_ > 0 ? 1e3 / static_cast<double>(decode_steps_) : 0;
+  const auto share = [](double part, double whole) { return whole > 0 ? 100 * part / whole : 0; };
+  std::string out = "where the time went (" + std::to_string(decode_steps_) +
+                    " decode steps; docs/BREAKDOWN.md)\n";
+  char row[160];
+  std::snprintf(row, sizeof row, "  %-20s %12s %9s %16s %9s\n", "op family", "prefill s",
+                "prefill%", "decode ms/token", "decode%");
+  out += row;
+  double prefill_sum = 0, decode_sum = 0;
+  for (size_t f = 0; f < kOpFamilyCount; ++f) {
+    prefill_sum += prefill_[f];
+    decode_sum += decode_[f];
+    std::snprintf(row, sizeof row, "  %-20s %12.4f %8.1f%% %16.3f %8.1f%%\n",
+                  OpFamilyName(static_cast<OpFamily>(f)), prefill_[f],
+                  share(prefill_[f], prefill_wall_), decode_[f] * per_token,
+                  share(decode_[f], decode_wall_));
+    out += row;
+  }
+  std::snprintf(row, sizeof row, "  %-20s %12.4f %8.1f%% %16.3f %8.1f%%\n", "sum of families",
+                prefill_sum, share(prefill_sum, prefill_wall_), decode_sum * per_token,
+                share(decode_sum, decode_wall_));
+  out += row;
+  std::snprintf(row, sizeof row, "  %-20s %12.4f %8.1f%% %16.3f %8.1f%%\n", "wall (measured)",
+                prefill_wall_, prefill_wall_ > 0 ? 100.0 : 0.0, decode_wall_ * per_token,
+                decode_wall_ > 0 ? 100.0 : 0.0);
+  out += row;
+  out.pop_back();  // LogInfo ends the line
+  return out;
 }
 
 nlohmann::json StepJson(const StepStats& s, double disk_bps) {
@@ -79,7 +150,9 @@ nlohmann::json StepJson(const StepStats& s, double disk_bps) {
           {"compute_seconds", s.delta.compute_seconds},
           {"disk_gbps", disk_bps / 1e9},
           {"floor_s", floor},
-          {"floor_ratio", floor > 0 ? s.seconds / floor : 0.0}};
+          {"floor_ratio", floor > 0 ? s.seconds / floor : 0.0},
+          {"ops", OpsJson(s.delta)},
+          {"ops_sum_s", OpsSum(s.delta)}};
 }
 
 }  // namespace deltafin::cli

@@ -4,9 +4,11 @@
 // compute time when that is larger (DESIGN.md §1).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "deltafin/engine.h"
 
@@ -34,8 +36,29 @@ struct StepStats {
 
 SessionStats Subtract(const SessionStats& after, const SessionStats& before);
 
-// One human line: time, bytes, hits, I/O wait vs compute, achieved GB/s, floor and ratio.
+// One human line: time, bytes, hits, I/O wait vs compute, achieved GB/s, floor and ratio; then an
+// indented line with the step's op-family breakdown (FormatOps).
 std::string FormatStep(const StepStats& step, double disk_bps);
+// The families that took time, largest first, in ms ("routed_experts 4.1, attn_res 0.9, ...").
+std::string FormatOps(const SessionStats& delta);
+// The step's numbers; "ops" holds the seconds of every op family (OpFamilyName keys) and
+// "ops_sum_s" their sum, which is the forward passes' wall time (docs/BREAKDOWN.md).
 nlohmann::json StepJson(const StepStats& step, double disk_bps);
+nlohmann::json OpsJson(const SessionStats& delta);
+double OpsSum(const SessionStats& delta);
+
+// The summary table at the end of `run --stats`: per op family, the prefill seconds and the
+// decode milliseconds per token with their share of the measured wall time; then the sum of the
+// families against that wall time (what the engine did not see: the CLI's own work between steps).
+class OpBreakdownTable {
+ public:
+  void Add(const StepStats& step, bool decode);
+  std::string Format() const;
+
+ private:
+  std::array<double, kOpFamilyCount> prefill_{}, decode_{};
+  double prefill_wall_ = 0, decode_wall_ = 0;
+  int64_t decode_steps_ = 0;
+};
 
 }  // namespace deltafin::cli

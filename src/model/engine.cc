@@ -24,6 +24,7 @@ struct Engine::Impl {
   // Streamed experts: one cache for all sessions, which therefore run one at a time.
   std::unique_ptr<ExpertStreamer> streamer;
   std::mutex stream_mutex;
+  bool spine_resident = true;  // the memory plan's: false pages each layer in (SpinePages)
 };
 
 struct Session::Impl {
@@ -208,6 +209,7 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
                         ExpertStreamer::Create(*impl->weights, so, std::move(reader)));
     plan.info.expert_read_mode = impl->streamer->read_mode();
   }
+  impl->spine_resident = plan.memory.spine_resident;
   impl->info = std::move(plan.info);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -224,6 +226,7 @@ std::unique_ptr<Session> Engine::NewSession() const {
   const int64_t chunk = std::min(impl_->options.prefill_chunk, impl_->info.context_capacity);
   auto impl = std::make_unique<Session::Impl>(*impl_->weights, chunk, impl_->info.context_capacity);
   impl->forward.SetExpertFetcher(impl_->options.expert_fetcher.get());
+  impl->forward.SetSpineNotResident(!impl_->spine_resident);
   if (impl_->streamer) {
     impl->forward.SetExpertStreamer(impl_->streamer.get(), impl_->options.lookahead);
     impl->stream_mutex = &impl_->stream_mutex;
@@ -274,6 +277,46 @@ void Session::Reset() { impl_->forward.Reset(); }
 void Session::SetObserver(ForwardObserver* observer) { impl_->forward.SetObserver(observer); }
 const SessionStats& Session::stats() const { return impl_->forward.stats(); }
 void Session::ResetStats() { impl_->forward.ResetStats(); }
+
+const char* OpFamilyName(OpFamily family) {
+  switch (family) {
+    case OpFamily::kEmbedding:
+      return "embedding";
+    case OpFamily::kKdaProjections:
+      return "kda_projections";
+    case OpFamily::kKdaConv:
+      return "kda_conv";
+    case OpFamily::kKdaRecurrence:
+      return "kda_recurrence";
+    case OpFamily::kMlaProjections:
+      return "mla_projections";
+    case OpFamily::kMlaAttention:
+      return "mla_attention";
+    case OpFamily::kAttnRes:
+      return "attn_res";
+    case OpFamily::kDenseFfn:
+      return "dense_ffn";
+    case OpFamily::kRouter:
+      return "router";
+    case OpFamily::kRoutedExperts:
+      return "routed_experts";
+    case OpFamily::kSharedExperts:
+      return "shared_experts";
+    case OpFamily::kLatentProjections:
+      return "latent_projections";
+    case OpFamily::kLmHead:
+      return "lm_head";
+    case OpFamily::kExpertIoWait:
+      return "expert_io_wait";
+    case OpFamily::kSpineIoWait:
+      return "spine_io_wait";
+    case OpFamily::kOther:
+      return "other";
+    case OpFamily::kCount:
+      break;
+  }
+  return "unknown";
+}
 
 int32_t ArgmaxToken(std::span<const float> logits) {
   size_t best = 0;

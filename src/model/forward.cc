@@ -69,13 +69,25 @@ void ForwardPass::Emit(int64_t n, int64_t layer, const char* name, const float* 
   }
 }
 
+void ForwardPass::PageInSpine(int64_t group) {
+  if (spine_pages_ == nullptr) return;
+  timer_.Charge(OpFamily::kOther);
+  stats_.spine_bytes_read += spine_pages_->MakeResident(group);
+  // The engine now waits for these reads itself, so they are I/O wait, not compute.
+  stats_.io_wait_seconds += timer_.Charge(OpFamily::kSpineIoWait);
+}
+
 void ForwardPass::Tail(int64_t t, int64_t n_anchors, float* logits) {
   const int64_t h = c_.hidden_size;
   AttnResMix(Sources(t, n_anchors), n_anchors + 1, w_.tail_res_query.data(), h, c_.rms_norm_eps,
              tail_.data());
+  timer_.Charge(OpFamily::kAttnRes);
   RmsNorm(tail_.data(), w_.final_norm.data(), h, c_.rms_norm_eps, tail_.data());
+  timer_.Charge(OpFamily::kLmHead);
   if (observer_) observer_->OnActivation(position_ + t, -1, "final_hidden", tail_.span());
+  timer_.Charge(OpFamily::kOther);
   Linear(w_.lm_head, tail_.data(), 1, logits);
+  timer_.Charge(OpFamily::kLmHead);
 }
 
 Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, float* logits) {
@@ -94,16 +106,19 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
   }
   const auto start = std::chrono::steady_clock::now();
   const double io_wait_before = stats_.io_wait_seconds;
+  timer_.Start(&stats_);
   // Embedding rows, widened exactly.
   for (int64_t t = 0; t < n; ++t) {
     const uint16_t* row = w_.embed_tokens + static_cast<int64_t>(tokens[t]) * h;
     float* dst = partial_.data() + t * h;
     for (int64_t d = 0; d < h; ++d) dst[d] = Bf16ToF32(row[d]);
   }
+  timer_.Charge(OpFamily::kEmbedding);
 
   int64_t n_anchors = 0;
   for (int64_t i = 0; i < c_.num_hidden_layers; ++i) {
     const LayerWeights& lw = w_.layers[static_cast<size_t>(i)];
+    PageInSpine(i);
     // 1. Attention input: the bare partial before any anchor exists (layer 0), else the mix.
     const float* attn_in = partial_.data();
     if (n_anchors > 0) {
@@ -122,16 +137,19 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
       }
       ++n_anchors;
     }
+    timer_.Charge(OpFamily::kAttnRes);
     Emit(n, i, "attn_in", normed_.data(), h);
+    timer_.Charge(OpFamily::kOther);
     // 3. Attention.
     if (lw.kind == AttentionKind::kKda) {
       KdaForward(c_, lw.kda, normed_.data(), n, &kda_[static_cast<size_t>(i)], &kda_scratch_,
-                 sublayer_.data());
+                 sublayer_.data(), &timer_);
     } else {
       DF_RETURN_IF_ERROR(MlaForward(c_, lw.mla, normed_.data(), n, &mla_[static_cast<size_t>(i)],
-                                    &mla_scratch_, sublayer_.data()));
+                                    &mla_scratch_, sublayer_.data(), &timer_));
     }
     Emit(n, i, "attn_out", sublayer_.data(), h);
+    timer_.Charge(OpFamily::kOther);
     // 4. The partial restarts from the attention output at a boundary.
     for (int64_t j = 0; j < n * h; ++j) {
       partial_[static_cast<size_t>(j)] =
@@ -144,14 +162,20 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
       RmsNorm(mixed_.data() + t * h, lw.post_attn_norm.data(), h, c_.rms_norm_eps,
               normed_.data() + t * h);
     }
+    timer_.Charge(OpFamily::kAttnRes);
     Emit(n, i, "ffn_in", normed_.data(), h);
+    timer_.Charge(OpFamily::kOther);
     if (lw.is_moe) {
       const bool next_is_moe =
           i + 1 < c_.num_hidden_layers && w_.layers[static_cast<size_t>(i + 1)].is_moe;
       const bool early = lookahead_ == Lookahead::kPostAttention || lookahead_ == Lookahead::kBoth;
       const ExpertAccess access{
-          &w_.expert_layout, expert_fetcher_, expert_streamer_,
-          early && next_is_moe ? &w_.layers[static_cast<size_t>(i + 1)].moe : nullptr, &stats_};
+          &w_.expert_layout,
+          expert_fetcher_,
+          expert_streamer_,
+          early && next_is_moe ? &w_.layers[static_cast<size_t>(i + 1)].moe : nullptr,
+          &stats_,
+          &timer_};
       DF_RETURN_IF_ERROR(
           MoeForward(c_, lw.moe, i, access, normed_.data(), n, &ffn_scratch_, sublayer_.data()));
       if (observer_) {
@@ -164,11 +188,15 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
       }
     } else {
       GatedFfnForward(c_, lw.dense, normed_.data(), n, &ffn_scratch_, sublayer_.data());
+      timer_.Charge(OpFamily::kDenseFfn);
     }
     Emit(n, i, "ffn_out", sublayer_.data(), h);
+    timer_.Charge(OpFamily::kOther);
     for (int64_t j = 0; j < n * h; ++j)
       partial_[static_cast<size_t>(j)] += sublayer_[static_cast<size_t>(j)];
+    timer_.Charge(OpFamily::kAttnRes);
     Emit(n, i, "layer_out", partial_.data(), h);
+    timer_.Charge(OpFamily::kOther);
     // Lookahead from the layer output: the next layer's FFN input as if its attention added
     // nothing (AttnRes mix and norm of the next layer on the current state), routed by the next
     // layer's router. Only a guess; the real routing happens when that layer runs.
@@ -181,12 +209,14 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
         RmsNorm(mixed_.data() + t * h, next.post_attn_norm.data(), h, c_.rms_norm_eps,
                 normed_.data() + t * h);
       }
-      const ExpertAccess access{&w_.expert_layout, expert_fetcher_, expert_streamer_, nullptr,
-                                &stats_};
+      timer_.Charge(OpFamily::kAttnRes);
+      const ExpertAccess access{&w_.expert_layout, expert_fetcher_, expert_streamer_,
+                                nullptr,           &stats_,         &timer_};
       PrefetchGuess(c_, next.moe, i + 1, access, normed_.data(), n, &ffn_scratch_);
     }
   }
 
+  PageInSpine(spine_pages_ ? spine_pages_->tail_group() : 0);
   if (all_positions) {
     for (int64_t t = 0; t < n; ++t) Tail(t, n_anchors, logits + t * c_.vocab_size);
   } else {
@@ -195,6 +225,7 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
   position_ += n;
   stats_.positions += static_cast<uint64_t>(n);
   stats_.forward_calls += 1;
+  timer_.Charge(OpFamily::kOther);
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats_.compute_seconds += wall - (stats_.io_wait_seconds - io_wait_before);

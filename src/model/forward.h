@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "base/aligned_buffer.h"
@@ -16,6 +17,8 @@
 #include "model/kda.h"
 #include "model/mla.h"
 #include "model/moe.h"
+#include "model/op_timer.h"
+#include "model/spine_pages.h"
 #include "model/weights.h"
 
 namespace deltafin {
@@ -42,6 +45,11 @@ class ForwardPass {
     expert_streamer_ = streamer;
     lookahead_ = lookahead;
   }
+  // A spine that does not fit in RAM: bring each layer's matrices in before it runs, timed as
+  // spine I/O wait (model/spine_pages.h).
+  void SetSpineNotResident(bool not_resident) {
+    spine_pages_ = not_resident ? std::make_unique<SpinePages>(w_) : nullptr;
+  }
   const SessionStats& stats() const { return stats_; }
   void ResetStats() { stats_ = SessionStats{}; }
 
@@ -50,6 +58,7 @@ class ForwardPass {
   void Mix(const AlignedBuffer<float>& query, int64_t n, int64_t n_anchors, float* out);
   void Emit(int64_t n, int64_t layer, const char* name, const float* values, int64_t width);
   void Tail(int64_t t, int64_t n_anchors, float* logits);
+  void PageInSpine(int64_t group);
 
   const ModelWeights& w_;
   const ModelConfig& c_;
@@ -62,6 +71,8 @@ class ForwardPass {
   ExpertStreamer* expert_streamer_ = nullptr;
   Lookahead lookahead_ = Lookahead::kOff;
   SessionStats stats_;
+  OpTimer timer_;                            // charges stats_.op_seconds during Run()
+  std::unique_ptr<SpinePages> spine_pages_;  // null: the spine is resident
 
   std::vector<KdaState> kda_;  // [layers] (only KDA layers initialised)
   std::vector<MlaCache> mla_;  // [layers] (only MLA layers initialised)

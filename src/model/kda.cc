@@ -67,7 +67,7 @@ void KdaScratch::Reserve(const ModelConfig& c, int64_t max_positions) {
 }
 
 void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64_t n,
-                KdaState* state, KdaScratch* s, float* out) {
+                KdaState* state, KdaScratch* s, float* out, OpTimer* timer) {
   const int64_t p = c.kda_width(), heads = c.kda_heads, dim = c.kda_head_dim,
                 kernel = c.conv_kernel_size;
   // Projections of all n positions at once (they only depend on x).
@@ -78,6 +78,7 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
   Linear(w.f_b_proj, s->f_low.data(), n, s->decay.data());
   Linear(w.b_proj, x, n, s->beta.data());
   Linear(w.g_proj, x, n, s->gate.data());
+  Charge(timer, OpFamily::kKdaProjections);
 
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dim));
   for (int64_t t = 0; t < n; ++t) {
@@ -89,6 +90,7 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
     ConvStep(w.q_conv, p, kernel, state->conv_q.data(), q, s->window.data());
     ConvStep(w.k_conv, p, kernel, state->conv_k.data(), k, s->window.data());
     ConvStep(w.v_conv, p, kernel, state->conv_v.data(), v, s->window.data());
+    Charge(timer, OpFamily::kKdaConv);
     for (int64_t h = 0; h < heads; ++h) {
       float* qh = q + h * dim;
       float* kh = k + h * dim;
@@ -132,8 +134,10 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
       const float* gate = s->gate.data() + t * p + h * dim;
       for (int64_t d = 0; d < dim; ++d) oh[d] *= Sigmoid(gate[d]);
     }
+    Charge(timer, OpFamily::kKdaRecurrence);
   }
   Linear(w.o_proj, s->out.data(), n, out);
+  Charge(timer, OpFamily::kKdaProjections);
 }
 
 }  // namespace deltafin

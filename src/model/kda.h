@@ -11,6 +11,7 @@
 
 #include "base/aligned_buffer.h"
 #include "model/config.h"
+#include "model/op_timer.h"
 #include "model/weights.h"
 
 namespace deltafin {
@@ -32,8 +33,9 @@ struct KdaScratch {
   void Reserve(const ModelConfig& c, int64_t max_positions);
 };
 
-// x: [n, H] normalised attention inputs of consecutive positions; out: [n, H].
+// x: [n, H] normalised attention inputs of consecutive positions; out: [n, H]. `timer` (optional)
+// is charged the projections, convolutions and recurrence separately.
 void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64_t n,
-                KdaState* state, KdaScratch* scratch, float* out);
+                KdaState* state, KdaScratch* scratch, float* out, OpTimer* timer = nullptr);
 
 }  // namespace deltafin

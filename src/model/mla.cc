@@ -35,7 +35,7 @@ void MlaScratch::Reserve(const ModelConfig& c, int64_t max_positions, int64_t ca
 }
 
 Status MlaForward(const ModelConfig& c, const MlaWeights& w, const float* x, int64_t n,
-                  MlaCache* cache, MlaScratch* s, float* out) {
+                  MlaCache* cache, MlaScratch* s, float* out, OpTimer* timer) {
   if (cache->length + n > cache->capacity) {
     return Status::Error("context full: " + std::to_string(cache->length + n) +
                          " positions exceed the session capacity of " +
@@ -63,6 +63,7 @@ Status MlaForward(const ModelConfig& c, const MlaWeights& w, const float* x, int
                 static_cast<size_t>(rope) * sizeof(float));
   }
   cache->length = start + n;
+  Charge(timer, OpFamily::kMlaProjections);
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(qdim));
   const int64_t row_stride = nope + vdim;  // kv_b_proj rows per head
@@ -98,7 +99,9 @@ Status MlaForward(const ModelConfig& c, const MlaWeights& w, const float* x, int
       for (int64_t d = 0; d < vdim; ++d) oh[d] *= Sigmoid(gate[d]);
     }
   }
+  Charge(timer, OpFamily::kMlaAttention);
   Linear(w.o_proj, s->out.data(), n, out);
+  Charge(timer, OpFamily::kMlaProjections);
   return Status::Ok();
 }
 

@@ -12,6 +12,7 @@
 #include "base/aligned_buffer.h"
 #include "base/status.h"
 #include "model/config.h"
+#include "model/op_timer.h"
 #include "model/weights.h"
 
 namespace deltafin {
@@ -38,7 +39,8 @@ struct MlaScratch {
 
 // x: [n, H] normalised inputs of the next n positions; appends them to the cache (each position
 // attends to the cached past and itself); out: [n, H]. Fails if the cache would overflow.
+// `timer` (optional) is charged the projections and the attention separately.
 Status MlaForward(const ModelConfig& c, const MlaWeights& w, const float* x, int64_t n,
-                  MlaCache* cache, MlaScratch* scratch, float* out);
+                  MlaCache* cache, MlaScratch* scratch, float* out, OpTimer* timer = nullptr);
 
 }  // namespace deltafin

@@ -76,8 +76,10 @@ void PrefetchGuess(const ModelConfig& c, const MoeWeights& next, int64_t next_la
           s->router_scratch.data(), s->guess_ids.data() + t * k, s->guess_weights.data() + t * k);
   }
   const int64_t m = ExpertUnion(s->guess_ids.data(), n * k, s->mark.data(), s->guess_union.data());
+  Charge(access.timer, OpFamily::kRouter);
   access.streamer->Prefetch(next_layer, {s->guess_union.data(), static_cast<size_t>(m)},
                             access.stats);
+  Charge(access.timer, OpFamily::kExpertIoWait);
 }
 
 Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
@@ -95,6 +97,8 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
           s->ids.data() + t * k, s->weights.data() + t * k);
   }
   const int64_t m = ExpertUnion(s->ids.data(), n * k, s->mark.data(), s->needed.data());
+  OpTimer* const timer = access.timer;
+  Charge(timer, OpFamily::kRouter);
 
   // A stream install fetches the experts it does not have yet, all of the layer's at once.
   if (access.fetcher != nullptr) {
@@ -107,6 +111,7 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
       DF_RETURN_IF_ERROR(
           access.fetcher->FetchExperts(layer, {s->guess_ids.data(), static_cast<size_t>(missing)}));
     }
+    Charge(timer, OpFamily::kExpertIoWait);
   }
 
   // Run each expert once over every position that selected it, in batches the cache can pin.
@@ -119,21 +124,30 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
     const int64_t b1 = std::min(m, b0 + batch);
     if (streamer != nullptr) {
       streamer->Begin(layer, {s->needed.data() + b0, static_cast<size_t>(b1 - b0)}, access.stats);
+      Charge(timer, OpFamily::kExpertIoWait);
       if (b0 == 0 && access.next != nullptr) {
         PrefetchGuess(c, *access.next, layer + 1, access, x, n, s);
       }
       // The shared experts need no routed expert: they run while the first misses load.
-      if (b0 == 0) GatedFfnForward(c, w.shared, x, n, s, out);
+      if (b0 == 0) {
+        GatedFfnForward(c, w.shared, x, n, s, out);
+        Charge(timer, OpFamily::kSharedExperts);
+      }
     } else {
       access.stats->expert_loads += static_cast<uint64_t>(b1 - b0);
       access.stats->expert_cache_hits += static_cast<uint64_t>(b1 - b0);  // mapped: in RAM
     }
-    if (b0 == 0) Linear(w.latent_down, x, n, s->z.data());
+    if (b0 == 0) {
+      Linear(w.latent_down, x, n, s->z.data());
+      Charge(timer, OpFamily::kLatentProjections);
+    }
     for (int64_t done = b0; done < b1; ++done) {
       int64_t j = done;
       const uint8_t* span = nullptr;
       if (streamer != nullptr) {
+        Charge(timer, OpFamily::kRoutedExperts);
         auto ready = streamer->WaitAny(access.stats);
+        Charge(timer, OpFamily::kExpertIoWait);
         if (!ready.ok()) {
           streamer->End();
           return ready.status();
@@ -164,7 +178,11 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
                     s->y_expert.data() + q * latent, latent_bytes);
       }
     }
-    if (streamer != nullptr) streamer->End();
+    Charge(timer, OpFamily::kRoutedExperts);
+    if (streamer != nullptr) {
+      streamer->End();
+      Charge(timer, OpFamily::kExpertIoWait);
+    }
   }
 
   // Combine in selection order: acc += w_e·y_e (spec §6.1), then the latent norm.
@@ -176,11 +194,18 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
       const float* y = s->y_slots.data() + (t * k + slot) * latent;
       for (int64_t d = 0; d < latent; ++d) r[d] += y[d] * we;
     }
+    Charge(timer, OpFamily::kRoutedExperts);
     if (c.latent_moe_use_norm) RmsNorm(r, w.latent_norm.data(), latent, c.rms_norm_eps, r);
+    Charge(timer, OpFamily::kLatentProjections);
   }
   Linear(w.latent_up, s->r.data(), n, s->routed.data());
-  if (streamer == nullptr || m == 0) GatedFfnForward(c, w.shared, x, n, s, out);
+  Charge(timer, OpFamily::kLatentProjections);
+  if (streamer == nullptr || m == 0) {
+    GatedFfnForward(c, w.shared, x, n, s, out);
+    Charge(timer, OpFamily::kSharedExperts);
+  }
   for (int64_t i = 0; i < n * hidden; ++i) out[i] = s->routed[static_cast<size_t>(i)] + out[i];
+  Charge(timer, OpFamily::kRoutedExperts);
   return Status::Ok();
 }
 

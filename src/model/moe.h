@@ -16,6 +16,7 @@
 #include "deltafin/engine.h"
 #include "experts/expert_streamer.h"
 #include "model/config.h"
+#include "model/op_timer.h"
 #include "model/weights.h"
 
 namespace deltafin {
@@ -45,7 +46,7 @@ struct FfnScratch {
   void Reserve(const ModelConfig& c, int64_t max_positions);
 };
 
-// out[n, H] = down·SiTU(gate·x, up·x).
+// out[n, H] = down·SiTU(gate·x, up·x). Charges nothing: the caller knows its family.
 void GatedFfnForward(const ModelConfig& c, const GatedFfnWeights& w, const float* x, int64_t n,
                      FfnScratch* s, float* out);
 
@@ -58,6 +59,9 @@ struct ExpertAccess {
   // (and prefetch) its experts while this layer computes. Null: no lookahead.
   const MoeWeights* next = nullptr;
   SessionStats* stats = nullptr;
+  // Charged the router, latent projections, shared and routed experts and expert I/O separately
+  // (optional). The caller charges its own work before the call.
+  OpTimer* timer = nullptr;
 };
 
 // Routes x [n, H] with MoE layer `next_layer`'s router and queues reads of the experts chosen

@@ -95,6 +95,13 @@ std::string Metrics::Render(int queue_length) const {
          static_cast<double>(session_.expert_bytes_read));
   metric("deltafin_io_wait_seconds_total", "counter", "Time forward passes waited for reads.",
          session_.io_wait_seconds);
+  out += "# HELP deltafin_op_seconds_total Forward-pass time by op family (docs/BREAKDOWN.md).\n";
+  out += "# TYPE deltafin_op_seconds_total counter\n";
+  for (size_t f = 0; f < kOpFamilyCount; ++f) {
+    std::snprintf(line, sizeof(line), "deltafin_op_seconds_total{family=\"%s\"} %.17g\n",
+                  OpFamilyName(static_cast<OpFamily>(f)), session_.op_seconds[f]);
+    out += line;
+  }
   return out;
 }
 

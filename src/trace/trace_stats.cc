@@ -174,6 +174,8 @@ TraceStats ComputeTraceStats(const Trace& trace, int64_t max_cache) {
     }
   }
   s.experts_seen = static_cast<int64_t>(experts_seen.size());
+  int32_t max_id = -1;
+  for (int32_t e : experts_seen) max_id = std::max(max_id, e);
   const double e_count = static_cast<double>(s.experts_seen);
   const double pairs = static_cast<double>(s.num_tokens - 1);
   double overlap_total = 0;
@@ -193,6 +195,11 @@ TraceStats ComputeTraceStats(const Trace& trace, int64_t max_cache) {
     }
     ls.max_mean_ratio = static_cast<double>(max_count) / (total / e_count);
     ls.norm_entropy = s.experts_seen > 1 ? h / std::log(e_count) : 0;
+    ls.chance_overlap = total / static_cast<double>(s.num_tokens) / e_count;
+    if (max_id < kMaxUsageExperts) {
+      ls.usage.assign(static_cast<size_t>(max_id + 1), 0);
+      for (const auto& [expert, count] : usage[l]) ls.usage[static_cast<size_t>(expert)] = count;
+    }
     s.accesses += layer_accesses[l];
     s.layers.push_back(ls);
   }
@@ -292,6 +299,8 @@ std::string TraceStatsJson(const TraceStats& s) {
     o["distinct_experts"] = l.distinct_experts;
     o["max_mean_ratio"] = l.max_mean_ratio;
     o["norm_entropy"] = l.norm_entropy;
+    o["chance_overlap"] = l.chance_overlap;
+    o["usage"] = l.usage;
     layers.push_back(std::move(o));
   }
   j["layers"] = std::move(layers);

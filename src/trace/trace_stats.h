@@ -44,12 +44,20 @@ struct Trace {
 Result<Trace> ParseTrace(std::istream& in, const std::string& name);
 Result<Trace> ReadTraceFile(const std::string& path);
 
+inline constexpr int32_t kMaxUsageExperts = 1 << 16;
+
 struct LayerStats {
   int64_t layer = 0;
   double overlap = 0;  // mean over tokens 1..T-1; 0 when T < 2
   int64_t distinct_experts = 0;
   double max_mean_ratio = 0;  // max usage count / (accesses at this layer / E)
   double norm_entropy = 0;    // -sum p ln p / ln E; 0 when E < 2
+  // The overlap two independent uniform draws of k experts out of E would have: k / E, with k
+  // the layer's mean experts per token (the baseline the measured overlap is compared with).
+  double chance_overlap = 0;
+  // usage[e]: times expert e was routed here, e up to the largest id seen; empty when that id is
+  // kMaxUsageExperts or more (a trace of no real model; the heatmap would not be readable).
+  std::vector<int64_t> usage;
 };
 
 struct TraceStats {
@@ -74,5 +82,8 @@ TraceStats ComputeTraceStats(const Trace& trace, int64_t max_cache = 0);
 std::string FormatTraceStats(const TraceStats& stats);
 // Everything, including the hit rate at every cache size, as one JSON document.
 std::string TraceStatsJson(const TraceStats& stats);
+// Three charts in one plain SVG document (trace/trace_svg.cc): the layer × expert usage heatmap,
+// the consecutive-token overlap per layer against chance, and the LRU hit-rate curve.
+std::string TraceStatsSvg(const TraceStats& stats);
 
 }  // namespace deltafin::trace

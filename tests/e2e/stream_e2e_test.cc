@@ -1,10 +1,12 @@
 // End to end through the CLI: `run --experts streamed --stats-json` generates the same tokens as a
 // mapped run and reports its bytes; `bench decode` runs under a real memory cgroup (root only)
-// and reports the fields docs/PERFORMANCE.md relies on, staying within its limit.
+// and reports the fields docs/PERFORMANCE.md relies on, staying within its limit. Both report the
+// op-family breakdown (docs/BREAKDOWN.md) per step, and `bench decode --svg` draws it.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
@@ -54,6 +56,52 @@ TEST_F(StreamE2e, StreamedRunGeneratesTheSameTokensAndReportsItsBytes) {
     EXPECT_GT(s["floor_s"].get<double>(), 0.0);
   }
   EXPECT_GT(bytes, 0u);
+  // The breakdown: every family in every step; their sum is the forward pass, which the step's
+  // wall time (measured by the CLI around the engine call) contains.
+  double wall = 0, ops = 0;
+  for (const auto& s : j["steps"]) {
+    ASSERT_EQ(s["ops"].size(), 16u) << s.dump();
+    double sum = 0;
+    for (const auto& [family, seconds] : s["ops"].items()) sum += seconds.get<double>();
+    EXPECT_NEAR(sum, s["ops_sum_s"].get<double>(), 1e-9);
+    EXPECT_LE(sum, s["seconds"].get<double>() * 1.0001);
+    EXPECT_GT(s["ops"]["expert_io_wait"].get<double>(), 0.0);
+    wall += s["seconds"].get<double>();
+    ops += sum;
+  }
+  EXPECT_NEAR(ops, wall, 0.05 * wall);
+  EXPECT_NE(streamed.output.find("  ops ms: "), std::string::npos) << streamed.output;
+  EXPECT_NE(streamed.output.find("where the time went (7 decode steps"), std::string::npos)
+      << streamed.output;
+  EXPECT_NE(streamed.output.find("  sum of families"), std::string::npos) << streamed.output;
+}
+
+// The resident scenario needs no cgroup: its JSON has the breakdown per token and per step, and
+// --svg draws one bar per step (the warm-up step marked) with the floor.
+TEST_F(StreamE2e, BenchDecodeResidentReportsTheBreakdownAndDrawsIt) {
+  const std::string json = dir_.Join("bench.json"), svg = dir_.Join("bench.svg");
+  auto run = RunCli("bench decode --model " + ShellQuote(model_) +
+                    " --scenario resident --steps 3 --prompt-tokens 2 --json " + ShellQuote(json) +
+                    " --svg " + ShellQuote(svg));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("| ops: routed_experts s/token |"), std::string::npos) << run.output;
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["steps"].size(), 3u);
+  EXPECT_FALSE(j["steps"][0]["counted"].get<bool>());
+  ASSERT_EQ(j["ops_s_per_token"].size(), 16u);
+  double sum = 0;
+  for (const auto& [family, seconds] : j["ops_s_per_token"].items()) sum += seconds.get<double>();
+  EXPECT_NEAR(sum, j["ops_sum_s_per_token"].get<double>(), 1e-9);
+  EXPECT_GT(j["ops_s_per_token"]["kda_recurrence"].get<double>(), 0.0);
+  std::ifstream svg_in(svg);
+  const std::string text((std::istreambuf_iterator<char>(svg_in)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.rfind("<?xml", 0), 0u);
+  EXPECT_NE(text.find("id=\"decode-steps\""), std::string::npos);
+  EXPECT_NE(text.find(">routed_experts</text>"), std::string::npos);
+  EXPECT_NE(text.find("floor = max(I/O, compute)"), std::string::npos);
+  EXPECT_EQ(text.find("<script"), std::string::npos);
 }
 
 TEST_F(StreamE2e, TooSmallMemoryLimitFailsAtStartupWithTheNumbers) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -96,7 +97,8 @@ TEST_F(TraceTest, RunTraceThenTraceStats) {
   EXPECT_EQ(n, fed.size());
 
   const std::string stats_json = (dir_ / "stats.json").string();
-  auto stats = RunCli("trace-stats " + trace + " --json " + stats_json);
+  const std::string stats_svg = (dir_ / "stats.svg").string();
+  auto stats = RunCli("trace-stats " + trace + " --json " + stats_json + " --svg " + stats_svg);
   ASSERT_EQ(stats.exit_code, 0) << stats.output;
   EXPECT_NE(stats.output.find("tokens 10, MoE layers " + std::to_string(num_layers - first_moe)),
             std::string::npos)
@@ -112,6 +114,18 @@ TEST_F(TraceTest, RunTraceThenTraceStats) {
   ASSERT_EQ(static_cast<int64_t>(s.at("lru").at("hit_rate").size()), keys);
   // The largest cache only misses the first use of each key.
   EXPECT_EQ(s.at("lru").at("hits").back().get<int64_t>(), s.at("accesses").get<int64_t>() - keys);
+  // --svg: one heatmap cell per (layer, expert) key the trace used, and the other two charts.
+  std::ifstream svg_in(stats_svg);
+  const std::string svg((std::istreambuf_iterator<char>(svg_in)), std::istreambuf_iterator<char>());
+  int64_t cells = 0;
+  for (size_t at = svg.find("class=\"cell\""); at != std::string::npos;
+       at = svg.find("class=\"cell\"", at + 1)) {
+    ++cells;
+  }
+  EXPECT_EQ(cells, keys);
+  for (const char* id : {"id=\"usage-heatmap\"", "id=\"overlap\"", "id=\"lru\""}) {
+    EXPECT_NE(svg.find(id), std::string::npos) << id;
+  }
 
   // Errors: one line, exit 1.
   auto missing = RunCli("trace-stats " + (dir_ / "nope.jsonl").string());

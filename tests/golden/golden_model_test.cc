@@ -1,7 +1,10 @@
 // Whole-model golden tests on the tiny K3-shaped checkpoint: logits of every position against the
 // fp64 reference (max |Δ| ≤ 1e-3, argmax equal), routes (expert sets, weights), the 16-token
 // greedy continuation, prefill-vs-decode agreement, and an allocation-free decode step.
+#include <algorithm>
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -227,6 +230,99 @@ TEST(GoldenModel, StreamedDecodeStepDoesNotAllocate) {
   std::unique_ptr<Session> session;
   ExpectDecodeDoesNotAllocate(**engine, &session);
   EXPECT_GT(session->stats().expert_bytes_read, 0u);
+}
+
+// The op-family breakdown (SessionStats::op_seconds, docs/BREAKDOWN.md) over `steps` greedy
+// decode steps: the families sum to the wall time measured around Decode() within 5%, the
+// unattributed `other` bucket stays under 5% of it, and the families every K3 layer has took time.
+// Totals over the steps, so one preemption between two clock reads cannot fail it.
+void ExpectBreakdownSumsToWallTime(Session& session, int steps) {
+  const std::vector<int32_t> prompt = {632, 304, 32};
+  ASSERT_TRUE(session.Prefill(prompt).ok());
+  const SessionStats before = session.stats();
+  double wall = 0;
+  for (int i = 0; i < steps; ++i) {
+    const int32_t next = ArgmaxToken(session.Logits());
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status st = session.Decode(next);
+    wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(st.ok()) << st.message();
+  }
+  const SessionStats& after = session.stats();
+  std::array<double, kOpFamilyCount> ops{};
+  double sum = 0;
+  std::string report;
+  for (size_t f = 0; f < kOpFamilyCount; ++f) {
+    ops[f] = after.op_seconds[f] - before.op_seconds[f];
+    EXPECT_GE(ops[f], 0.0) << OpFamilyName(static_cast<OpFamily>(f));
+    sum += ops[f];
+    report += std::string(OpFamilyName(static_cast<OpFamily>(f))) + " " +
+              std::to_string(ops[f] * 1e3) + " ms\n";
+  }
+  SCOPED_TRACE(report + "wall " + std::to_string(wall * 1e3) + " ms");
+  EXPECT_NEAR(sum, wall, 0.05 * wall);
+  EXPECT_LT(ops[static_cast<size_t>(OpFamily::kOther)], 0.05 * wall);
+  for (OpFamily f : {OpFamily::kEmbedding, OpFamily::kKdaProjections, OpFamily::kKdaConv,
+                     OpFamily::kKdaRecurrence, OpFamily::kMlaProjections, OpFamily::kMlaAttention,
+                     OpFamily::kAttnRes, OpFamily::kRouter, OpFamily::kRoutedExperts,
+                     OpFamily::kSharedExperts, OpFamily::kLatentProjections, OpFamily::kLmHead}) {
+    EXPECT_GT(ops[static_cast<size_t>(f)], 0.0) << OpFamilyName(f);
+  }
+}
+
+TEST(GoldenModel, OpBreakdownSumsToWallTime) {
+  auto engine = LoadGolden();
+  ASSERT_NE(engine, nullptr);
+  auto session = engine->NewSession();
+  ExpectBreakdownSumsToWallTime(*session, 24);
+  // Mapped experts and a resident spine: nothing to wait for.
+  EXPECT_EQ(session->stats().op(OpFamily::kExpertIoWait), 0.0);
+  EXPECT_EQ(session->stats().op(OpFamily::kSpineIoWait), 0.0);
+}
+
+// Experts streamed and a budget too small for the spine, so every layer's spine pages are checked
+// (and brought in when evicted) before it runs: the waits are charged to their own families, the
+// sum still matches, the step still allocates nothing, and the logits are the mapped engine's.
+TEST(GoldenModel, OpBreakdownWithStreamedExpertsAndSpine) {
+  EngineOptions options;
+  options.model_dir = testing::GoldenModelDir();
+  options.experts = EngineOptions::Experts::kStreamed;
+  options.io_threads = 2;
+  auto config = LoadModelConfig(options.model_dir);
+  ASSERT_TRUE(config.ok());
+  // The smallest budget the planner accepts for streaming is below spine + streaming minimum.
+  auto plan = Engine::Plan(options);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  options.mem_limit = plan->spine_bytes / 2 +
+                      ExpertStreamer::MinCacheBytes(*config, options.io_threads) + (40ull << 20);
+  plan = Engine::Plan(options);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_NE(plan->memory_plan.find("spine: "), std::string::npos);
+  ASSERT_NE(plan->memory_plan.find("does not fit"), std::string::npos) << plan->memory_plan;
+  auto engine = Engine::Load(options);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  ASSERT_TRUE((*engine)->info().experts_streamed);
+  std::unique_ptr<Session> session;
+  ExpectDecodeDoesNotAllocate(**engine, &session);
+  session->Reset();
+  ExpectBreakdownSumsToWallTime(*session, 16);
+  EXPECT_GT(session->stats().op(OpFamily::kExpertIoWait), 0.0);
+  EXPECT_GT(session->stats().op(OpFamily::kSpineIoWait), 0.0);
+
+  auto mapped = LoadGolden();
+  ASSERT_NE(mapped, nullptr);
+  auto reference = mapped->NewSession();
+  const std::vector<int32_t> prompt = {632, 304, 32, 17, 5};
+  session->Reset();
+  ASSERT_TRUE(session->Prefill(prompt).ok());
+  ASSERT_TRUE(reference->Prefill(prompt).ok());
+  for (int i = 0; i < 4; ++i) {
+    const auto got = session->Logits(), want = reference->Logits();
+    ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "step " << i;
+    const int32_t next = ArgmaxToken(want);
+    ASSERT_TRUE(session->Decode(next).ok());
+    ASSERT_TRUE(reference->Decode(next).ok());
+  }
 }
 
 }  // namespace

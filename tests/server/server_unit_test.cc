@@ -11,6 +11,7 @@
 #include "deltafin/engine.h"
 #include "server/cors.h"
 #include "deltafin/sampler.h"
+#include "server/metrics.h"
 #include "server/output.h"
 #include "server/request.h"
 #include "server/response_json.h"
@@ -399,6 +400,26 @@ TEST(LogTest, LevelsParseAndFilter) {
   SetLogLevel(LogLevel::kInfo);
   EXPECT_TRUE(LogEnabled(LogLevel::kInfo));
   EXPECT_FALSE(LogEnabled(LogLevel::kDebug));
+}
+
+TEST(MetricsTest, RendersTheOpFamilyBreakdownOnePerFamily) {
+  Metrics metrics;
+  SessionStats stats;
+  stats.op_seconds[static_cast<size_t>(OpFamily::kKdaRecurrence)] = 0.25;
+  stats.op_seconds[static_cast<size_t>(OpFamily::kExpertIoWait)] = 1.5;
+  metrics.SetSessionStats(stats);
+  const std::string text = metrics.Render(0);
+  EXPECT_NE(text.find("deltafin_op_seconds_total{family=\"kda_recurrence\"} 0.25\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("deltafin_op_seconds_total{family=\"expert_io_wait\"} 1.5\n"),
+            std::string::npos);
+  size_t families = 0;
+  for (size_t at = text.find("deltafin_op_seconds_total{"); at != std::string::npos;
+       at = text.find("deltafin_op_seconds_total{", at + 1)) {
+    ++families;
+  }
+  EXPECT_EQ(families, kOpFamilyCount);
 }
 
 }  // namespace
