@@ -1,6 +1,6 @@
 """Train the K3-architecture demo model on the King James Bible, from scratch, on the CPU.
 
-    /usr/bin/python3 training/train.py --work training/work --steps 900 --seed 1
+    /usr/bin/python3 training/train.py --work training/work --steps 420 --seed 1
 
 Stages (each cached in --work, so a rerun with the same arguments repeats only what is missing):
   1. corpus + BPE vocabulary + token ids (training/bpe.py);
@@ -98,11 +98,11 @@ def lr_at(step, steps, peak, warmup):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--work", default=os.path.join(HERE, "work"))
-    ap.add_argument("--steps", type=int, default=900)
+    ap.add_argument("--steps", type=int, default=420)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--bias-rate", type=float, default=1e-3,
                     help="aux-loss-free balancing: correction-bias step per update")
@@ -110,7 +110,7 @@ def main():
     # One thread: on this shared 2-core VM two torch threads made a step 6-10x slower (each
     # OpenMP barrier waits for a time slice), training/README.md.
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--ckpt-every", type=int, default=100)
+    ap.add_argument("--ckpt-every", type=int, default=50)
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--eval-tokens", type=int, default=4096)
     ap.add_argument("--dims", default="{}", help="JSON overrides of model_config.DIMS")
