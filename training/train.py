@@ -115,6 +115,8 @@ def main():
     ap.add_argument("--eval-tokens", type=int, default=4096)
     ap.add_argument("--dims", default="{}", help="JSON overrides of model_config.DIMS")
     ap.add_argument("--out", default="final.pt")
+    ap.add_argument("--stop-after", type=int, default=0,
+                    help="end after this many steps of the --steps schedule (reproducibility checks)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -160,9 +162,10 @@ def main():
         log.append(entry)
         if done % args.ckpt_every == 0 or done == args.steps:
             path = os.path.join(args.work, args.out if done == args.steps else f"ckpt-{done}.pt")
-            torch.save({"config": config, "model": model.state_dict(), "step": done,
-                        "args": vars(args)}, path + ".tmp")
+            torch.save({"config": config, "model": model.state_dict(), "step": done}, path + ".tmp")
             os.replace(path + ".tmp", path)
+        if done == args.stop_after:
+            break
     with open(os.path.join(args.work, args.out.replace(".pt", "-log.json")), "w") as f:
         json.dump(log, f)
     print(f"done in {time.time() - start:.0f} s", flush=True)
