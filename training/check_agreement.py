@@ -36,7 +36,8 @@ import bpe  # noqa: E402
 import k3_checkpoint  # noqa: E402
 import k3_torch  # noqa: E402
 
-# Held-out verses (chapters of the validation split) and two prompts the demo uses.
+# Well-known verses (from the training split) and the first verses of the first held-out chapter
+# (Genesis 8); the agreement being tested does not depend on which split a text comes from.
 TEXTS = [
     "In the beginning God created the heaven and the earth.",
     "And the LORD spake unto Moses, saying,",
@@ -45,6 +46,8 @@ TEXTS = [
     "The LORD is my shepherd; I shall not want. He maketh me to lie down in green pastures: he "
     "leadeth me beside the still waters. He restoreth my soul: he leadeth me in the paths of "
     "righteousness for his name's sake.",
+    "And God remembered Noah, and every living thing, and all the cattle that was with him in the "
+    "ark: and God made a wind to pass over the earth, and the waters asswaged;",
 ]
 
 
