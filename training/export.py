@@ -15,8 +15,10 @@ import os
 import shutil
 import sys
 
-import numpy as np
-import torch
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see training/README.md ("Threads")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import k3_checkpoint  # noqa: E402
@@ -45,7 +47,7 @@ def main():
     ap.add_argument("--ckpt", default="final.pt")
     ap.add_argument("--out", required=True)
     ap.add_argument("--max-shard-bytes", type=int, default=4_500_000)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--skip-eval", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

@@ -2,7 +2,7 @@
 
     /usr/bin/python3 training/train.py --work training/work --steps 420 --seed 1
 
-Stages (each cached in --work, so a rerun with the same arguments repeats only what is missing):
+Stages (the first is cached in --work and reused by later runs):
   1. corpus + BPE vocabulary + token ids (training/bpe.py);
   2. training: AdamW with warm-up and cosine decay, gradient clipping, K3's auxiliary-loss-free
      router balancing (the correction bias of each MoE layer moves by a fixed rate towards equal
