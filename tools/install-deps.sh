@@ -19,6 +19,10 @@ PACKAGES=(
   libcurl4-openssl-dev libssl-dev        # setup: HTTP client (libcurl), SHA-256 (libcrypto)
   nginx                                  # setup tests: a local hub on 127.0.0.1 (Range support)
   chromium                               # server_browser: the web chat page in headless chromium
+  python3-torch python3-numpy            # trained demo model: PyTorch K3 reference (training/)
+  libopenblas0-pthread                   # ... torch's BLAS: ~12x faster than the reference libblas3
+  bible-kjv                              # ... its training corpus (training/bpe.py runs `bible`)
+  wamerican                              # demo test: continuation words vs /usr/share/dict/words
 )
 
 # The tokenizer oracle test runs OpenAI's tiktoken from npm (WASM). Any node >= 18 with npm will

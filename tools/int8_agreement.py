@@ -8,6 +8,8 @@ KL(bf16 || int8) of the softmax distributions over every position. Python 3 stan
   tools/int8_agreement.py --deltafin build/release/src/cli/deltafin --model /work/models/bench
 
 The model must have been converted first (`deltafin convert-spine-int8 --model DIR`).
+`--tokens-file FILE` uses real sequences instead (one comma-separated id list per line), e.g. the
+held-out windows training/eval_nll.py writes for the trained demo model.
 """
 import argparse
 import array
@@ -68,6 +70,8 @@ def main():
     ap.add_argument("--vocab-limit", type=int, default=0,
                     help="draw ids below this (0: the model's vocab from config.json)")
     ap.add_argument("--extra", default="", help="extra arguments for deltafin logits")
+    ap.add_argument("--tokens-file", default="",
+                    help="sequences to score, one comma-separated id list per line")
     args = ap.parse_args()
 
     vocab = args.vocab_limit
@@ -81,7 +85,12 @@ def main():
     kl_sum = 0.0
     kl_max = 0.0
     with tempfile.TemporaryDirectory() as tmp:
-        for p, ids in enumerate(prompts(args.prompts, args.tokens, vocab)):
+        if args.tokens_file:
+            with open(args.tokens_file) as f:
+                sequences = [[int(t) for t in line.split(",")] for line in f if line.strip()]
+        else:
+            sequences = prompts(args.prompts, args.tokens, vocab)
+        for p, ids in enumerate(sequences):
             a = run_logits(args.deltafin, args.model, ids, "bf16", os.path.join(tmp, "a"), extra)
             b = run_logits(args.deltafin, args.model, ids, "int8", os.path.join(tmp, "b"), extra)
             v = len(a) // len(ids)

@@ -1,0 +1,175 @@
+"""Train the K3-architecture demo model on the King James Bible, from scratch, on the CPU.
+
+    /usr/bin/python3 training/train.py --work training/work --steps 420 --seed 1
+
+Stages (the first is cached in --work and reused by later runs):
+  1. corpus + BPE vocabulary + token ids (training/bpe.py);
+  2. training: AdamW with warm-up and cosine decay, gradient clipping, K3's auxiliary-loss-free
+     router balancing (the correction bias of each MoE layer moves by a fixed rate towards equal
+     expert load after every step), fixed-length windows drawn at random from the training ids by
+     a generator seeded from --seed;
+  3. checkpoints `--work/ckpt-<step>.pt` every --ckpt-every steps and `--work/final.pt`.
+Export to the Hugging Face layout is training/export.py.
+
+Everything is a pure function of the arguments: the seed fixes the initial weights and the data
+order, torch runs with a fixed thread count, so two runs write bit-identical checkpoints
+(training/README.md says how this was checked).
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+# OpenBLAS's own worker threads busy-wait for each other; on a loaded machine every matrix product
+# then waits for a time slice (measured here: 6x slower). torch's threads do the parallel work.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bpe  # noqa: E402
+import k3_torch  # noqa: E402
+import model_config  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GOLDEN_TOKENIZER_CONFIG = os.path.join(HERE, "..", "tests", "data", "golden", "tiny-k3",
+                                       "tokenizer_config.json")
+
+
+def prepare(work, num_ranks):
+    """Corpus splits, vocabulary and token ids, cached in `work`."""
+    os.makedirs(work, exist_ok=True)
+    paths = {k: os.path.join(work, k) for k in ("train.txt", "val.txt", "tiktoken.model",
+                                                 "train.u16", "val.u16")}
+    if not os.path.exists(paths["val.u16"]):
+        train_text, val_text = bpe.kjv_splits()
+        open(paths["train.txt"], "w").write(train_text)
+        open(paths["val.txt"], "w").write(val_text)
+        vocab = bpe.train_bpe(train_text, num_ranks)
+        bpe.write_tokenizer_files(vocab, work, GOLDEN_TOKENIZER_CONFIG, 4096)
+        tok = bpe.Tokenizer(vocab)
+        np.array(tok.encode(train_text), dtype=np.uint16).tofile(paths["train.u16"])
+        np.array(tok.encode(val_text), dtype=np.uint16).tofile(paths["val.u16"])
+    train = torch.from_numpy(np.fromfile(paths["train.u16"], dtype=np.uint16).astype(np.int64))
+    val = torch.from_numpy(np.fromfile(paths["val.u16"], dtype=np.uint16).astype(np.int64))
+    return train, val
+
+
+def param_groups(model, weight_decay):
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        # Matrices decay; norms, gate biases, decay rates, convolutions and AttnRes queries do not.
+        matrix = p.dim() >= 2 and "conv1d" not in name and "res.proj" not in name
+        (decay if matrix else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+@torch.no_grad()
+def evaluate(model, ids, seq_len, max_tokens=None):
+    """Mean next-token NLL (nats) over consecutive windows of the validation ids."""
+    model.eval()
+    n = len(ids) - 1 if max_tokens is None else min(len(ids) - 1, max_tokens)
+    total, count = 0.0, 0
+    for start in range(0, n - 1, seq_len):
+        end = min(start + seq_len, n)
+        x = ids[start:end].unsqueeze(0)
+        y = ids[start + 1:end + 1].unsqueeze(0)
+        logits = model(x)
+        total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                                 reduction="sum").item()
+        count += y.numel()
+    model.train()
+    return total / count
+
+
+def lr_at(step, steps, peak, warmup):
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--work", default=os.path.join(HERE, "work"))
+    ap.add_argument("--steps", type=int, default=420)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--bias-rate", type=float, default=1e-3,
+                    help="aux-loss-free balancing: correction-bias step per update")
+    ap.add_argument("--num-ranks", type=int, default=2816)
+    # One thread: on this shared 2-core VM two torch threads made a step 6-10x slower (each
+    # OpenMP barrier waits for a time slice), training/README.md.
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--ckpt-every", type=int, default=50)
+    ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--eval-tokens", type=int, default=4096)
+    ap.add_argument("--dims", default="{}", help="JSON overrides of model_config.DIMS")
+    ap.add_argument("--out", default="final.pt")
+    ap.add_argument("--stop-after", type=int, default=0,
+                    help="end after this many steps of the --steps schedule (reproducibility checks)")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    train_ids, val_ids = prepare(args.work, args.num_ranks)
+    config = model_config.demo_config(args.num_ranks, json.loads(args.dims))
+    with open(os.path.join(args.work, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    cfg = k3_torch.K3Config(config)
+    model = k3_torch.K3Model(cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"params {n_params:,}  train tokens {len(train_ids):,}  val tokens {len(val_ids):,}",
+          flush=True)
+    opt = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr,
+                            betas=(0.9, 0.95), eps=1e-8)
+    data_gen = torch.Generator().manual_seed(args.seed)
+    warmup = max(1, args.steps // 20)
+    start = time.time()
+    log = []
+    for step in range(args.steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, args.steps, args.lr, warmup)
+        offsets = torch.randint(0, len(train_ids) - args.seq - 1, (args.batch,),
+                                generator=data_gen)
+        batch = torch.stack([train_ids[o:o + args.seq + 1] for o in offsets.tolist()])
+        logits = model(batch[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        model.update_router_bias(args.bias_rate)
+        done = step + 1
+        entry = {"step": done, "loss": round(loss.item(), 4),
+                 "seconds": round(time.time() - start, 1)}
+        if done % args.eval_every == 0 or done == args.steps:
+            entry["val"] = round(evaluate(model, val_ids, 256, args.eval_tokens), 4)
+            tokens = done * args.batch * args.seq
+            entry["tokens_per_s"] = round(tokens / (time.time() - start), 1)
+        if "val" in entry or done % 10 == 0:
+            print(json.dumps(entry), flush=True)
+        log.append(entry)
+        if done % args.ckpt_every == 0 or done == args.steps:
+            path = os.path.join(args.work, args.out if done == args.steps else f"ckpt-{done}.pt")
+            torch.save({"config": config, "model": model.state_dict(), "step": done}, path + ".tmp")
+            os.replace(path + ".tmp", path)
+        if done == args.stop_after:
+            break
+    with open(os.path.join(args.work, args.out.replace(".pt", "-log.json")), "w") as f:
+        json.dump(log, f)
+    print(f"done in {time.time() - start:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
