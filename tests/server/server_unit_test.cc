@@ -9,8 +9,8 @@
 
 #include "base/log.h"
 #include "deltafin/engine.h"
-#include "server/cors.h"
 #include "deltafin/sampler.h"
+#include "server/cors.h"
 #include "server/metrics.h"
 #include "server/output.h"
 #include "server/request.h"
