@@ -29,8 +29,8 @@ import socket
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
+
+import serve_client  # beside this file
 
 BASE, PID = sys.argv[1].rstrip("/"), int(sys.argv[2])
 HOST, PORT = BASE.split("//")[1].split("/")[0].split(":")
@@ -60,27 +60,15 @@ def check(cond, what):
 
 
 def request(method, path, body=None, headers=None, timeout=30):
-    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-    req = urllib.request.Request(BASE.replace("/v1", "") + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
+    return serve_client.request(BASE, method, path, body, headers, timeout)
 
 
 def metric(name):
-    _, _, text = request("GET", "/metrics")
-    for line in text.decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError("no metric " + name)
+    return serve_client.metric(BASE, name)
 
 
 def rss_kib():
-    with open(f"/proc/{PID}/status") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS"))
+    return serve_client.rss_kib(PID)
 
 
 def open_fds():

@@ -19,8 +19,8 @@ import socket
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
+
+import serve_client  # beside this file
 
 BASE, PID = sys.argv[1].rstrip("/"), int(sys.argv[2])
 LOG, CORS_BASE = sys.argv[3], sys.argv[4].rstrip("/")
@@ -35,28 +35,15 @@ def check(cond, what):
 
 
 def request(method, path, body=None, headers=None, timeout=60, base=None):
-    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-    req = urllib.request.Request((base or BASE).replace("/v1", "") + path, data=data,
-                                 method=method,
-                                 headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
+    return serve_client.request(base or BASE, method, path, body, headers, timeout)
 
 
 def metric(name):
-    _, _, text = request("GET", "/metrics")
-    for line in text.decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError("no metric " + name)
+    return serve_client.metric(BASE, name)
 
 
 def rss_kib():
-    with open(f"/proc/{PID}/status") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS"))
+    return serve_client.rss_kib(PID)
 
 
 def raw_stream(body, path="/v1/chat/completions"):
