@@ -9,8 +9,7 @@ src=$(cd "$(dirname "$0")" && pwd)
 source "$src/serve_lib.sh"
 trap stop_servers EXIT
 mkdir -p "$work"
-rm -rf "$work/model"
-"$bin" make-model --preset tiny --out "$work/model" >/dev/null
+make_tiny_model
 
 start_server base "$work/serve.log" --model "$work/model" --threads 1 --max-queue 4 \
   --header-timeout 4 --max-body-mib 1 --read-timeout 2 --retry-after 3 --ping-interval 0.2

@@ -32,8 +32,7 @@ if ! cmp -s "$src/browser/package-lock.json" "$work/node_modules/.deltafin-lock"
   (cd "$work" && npm ci --no-audit --no-fund --loglevel=error)
   cp "$src/browser/package-lock.json" "$work/node_modules/.deltafin-lock"
 fi
-rm -rf "$work/model"
-"$bin" make-model --preset tiny --out "$work/model" >/dev/null
+make_tiny_model
 # Streamed experts through a cache far smaller than the tiny model's 9.6 MiB of experts, so that
 # tokens wait for reads and the panel has I/O wait to show.
 start_server base "$work/serve.log" --model "$work/model" --threads 1 --experts streamed \

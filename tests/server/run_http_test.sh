@@ -10,8 +10,7 @@ src=$(cd "$(dirname "$0")" && pwd)
 source "$src/serve_lib.sh"
 trap stop_servers EXIT
 mkdir -p "$work"
-rm -rf "$work/model"
-"$bin" make-model --preset tiny --out "$work/model" >/dev/null
+make_tiny_model
 
 # Security: a non-loopback bind without --api-key is refused before anything is loaded.
 if out=$("$bin" serve --model "$work/model" --host 0.0.0.0 --port 0 2>&1); then

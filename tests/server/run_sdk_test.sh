@@ -15,8 +15,7 @@ if ! cmp -s "$src/package-lock.json" "$work/node_modules/.deltafin-lock" 2>/dev/
   (cd "$work" && npm ci --no-audit --no-fund --loglevel=error)
   cp "$src/package-lock.json" "$work/node_modules/.deltafin-lock"
 fi
-rm -rf "$work/model"
-"$bin" make-model --preset tiny --out "$work/model" >/dev/null
+make_tiny_model
 start_server base "$work/serve.log" --model "$work/model" --max-queue 1 --threads 1
 start_server auth "$work/serve_auth.log" --model "$work/model" --api-key sekrit --threads 1
 WORK_DIR=$work node "$work/sdk_test.mjs" "$bin" "$work/model" "$base" "$auth" sekrit || {

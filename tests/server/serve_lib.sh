@@ -1,6 +1,7 @@
 # Shared by the server test scripts (sourced): start a `deltafin serve` on a free port and stop it.
 #   start_server VAR LOG deltafin-serve-args...   sets VAR to the base URL, VAR_pid to the PID
 #   stop_servers                                  kills every server started here (trap EXIT)
+#   make_tiny_model                               writes a fresh tiny make-model model to $work/model
 server_pids=()
 start_server() {
   local var=$1 log=$2
@@ -22,4 +23,8 @@ start_server() {
 stop_servers() {
   for pid in "${server_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${server_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+make_tiny_model() {
+  rm -rf "$work/model"
+  "$bin" make-model --preset tiny --out "$work/model" >/dev/null
 }
