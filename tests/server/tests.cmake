@@ -16,6 +16,12 @@ if(DF_NODE AND DF_NPM)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/run_browser_test.sh
                    $<TARGET_FILE:deltafin> ${CMAKE_CURRENT_BINARY_DIR}/server-browser)
   set_tests_properties(server_browser PROPERTIES LABELS e2e TIMEOUT 180)
+  # The bundled trained demo model answers the SDK in English (issue: a trained demo model).
+  add_test(NAME server_trained_sdk
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/run_trained_sdk_test.sh
+                   $<TARGET_FILE:deltafin> ${PROJECT_SOURCE_DIR}/models/k3-kjv-demo
+                   ${CMAKE_CURRENT_BINARY_DIR}/server-trained-sdk)
+  set_tests_properties(server_trained_sdk PROPERTIES LABELS e2e TIMEOUT 180)
 endif()
 add_test(NAME server_http
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/run_http_test.sh $<TARGET_FILE:deltafin>
