@@ -26,3 +26,8 @@ add_test(NAME server_abuse
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/run_abuse_test.sh $<TARGET_FILE:deltafin>
                  ${CMAKE_CURRENT_BINARY_DIR}/server-abuse)
 set_tests_properties(server_abuse PROPERTIES LABELS e2e TIMEOUT 300)
+# Constrained JSON output and the persistent prefix cache (docs/SERVER.md).
+add_test(NAME server_json_cache
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/run_json_cache_test.sh
+                 $<TARGET_FILE:deltafin> ${CMAKE_CURRENT_BINARY_DIR}/server-json-cache)
+set_tests_properties(server_json_cache PROPERTIES LABELS e2e TIMEOUT 300)
