@@ -18,9 +18,9 @@ make_tiny_model
 rm -rf "$work/cache"
 serve_args=(--model "$work/model" --threads 2 --cache-dir "$work/cache")
 start_server base "$work/serve1.log" "${serve_args[@]}"
-python3 "$src/json_cache_test.py" json "$base" || { tail -30 "$work/serve1.log"; exit 1; }
 python3 "$src/json_cache_test.py" cache-first "$base" "$work/ttft.json" || {
   tail -30 "$work/serve1.log"; exit 1; }
+python3 "$src/json_cache_test.py" json "$base" || { tail -30 "$work/serve1.log"; exit 1; }
 kill "$base_pid"; wait "$base_pid" 2>/dev/null || true
 ls "$work/cache"/*.dfpc >/dev/null || { echo "no cache files written" >&2; exit 1; }
 
