@@ -35,6 +35,9 @@ struct PrefixCacheOptions {
   std::string dir;                          // "" = no disk cache
   uint64_t disk_bytes = uint64_t{8} << 30;  // budget of the .dfpc files in dir
   uint64_t ram_bytes = uint64_t{1} << 30;   // budget of the snapshots held in RAM
+  // Shorter prefixes are not snapshotted: prefilling them costs less than a snapshot's copy and
+  // disk write (and the conversation state reuse covers a short chat's next turn).
+  size_t min_tokens = 128;
   // The model identity (config and weight files, spine kind): entries of another are never used.
   uint64_t model_identity = 0;
 };
@@ -66,6 +69,7 @@ class PrefixCache {
   void Flush();
 
   bool disk_enabled() const { return disk_enabled_; }
+  size_t min_tokens() const { return opt_.min_tokens; }
   uint64_t ram_bytes() const;
   uint64_t disk_bytes() const;
   size_t disk_entries() const;

@@ -124,7 +124,10 @@ void Scheduler::Finish(Job& job, Job::End end, const std::string& error) {
 void Scheduler::PublishStats() { metrics_->SetSessionStats(session_->stats()); }
 
 void Scheduler::Snapshot(std::span<const int32_t> prefix) {
-  if (cache_ == nullptr || prefix.empty() || cache_->Contains(prefix)) return;
+  if (cache_ == nullptr || prefix.size() < std::max<size_t>(1, cache_->min_tokens()) ||
+      cache_->Contains(prefix)) {
+    return;
+  }
   std::vector<uint8_t> state;
   Status st = session_->SaveState(&state);
   if (!st.ok()) {
