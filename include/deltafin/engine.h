@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "deltafin/expert_fetcher.h"
@@ -168,6 +169,17 @@ class Session {
   void SetObserver(ForwardObserver* observer);
   const SessionStats& stats() const;
   void ResetStats();
+
+  // State snapshots (the server's prefix cache, docs/SERVER.md): the exact state after the tokens
+  // fed so far (position, KDA recurrent and conv state, MLA latent cache rows, last logits) as
+  // opaque bytes. RestoreState puts a snapshot of a session of the same model shape back, after
+  // which Logits() and every later Prefill/Decode give the same floats, bit for bit, as feeding
+  // the prefix would have. It fails (and leaves the session reset) on a snapshot of another shape
+  // or of the wrong size. Neither is for the decode loop: SaveState allocates *out.
+  Status SaveState(std::vector<uint8_t>* out) const;
+  Status RestoreState(std::span<const uint8_t> state);
+  // Bytes SaveState writes at the current position.
+  uint64_t StateBytes() const;
 
  private:
   friend class Engine;

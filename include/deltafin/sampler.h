@@ -30,6 +30,11 @@ class Sampler {
   // Without a seed, the generator is seeded from std::random_device.
   explicit Sampler(const SamplingParams& params);
   int32_t Sample(std::span<const float> logits);
+  // The same draw restricted to the ids with allowed[id] != 0 (constrained decoding; allowed has
+  // logits.size() entries): the others are not candidates, so greedy is the best allowed id and
+  // top-k/top-p count allowed ids only. Returns -1 when nothing is allowed. Allocation-free once
+  // the candidate buffer has grown to the allowed count.
+  int32_t Sample(std::span<const float> logits, std::span<const uint8_t> allowed);
 
  private:
   SamplingParams params_;

@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "experts/memory_plan.h"
 #include "server/cors.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
@@ -20,6 +21,9 @@ struct ServeArgs {
   server::ServerOptions opt;
   double max_body_mib = 32;
   std::string log_level = "info";
+  std::string cache_dir;  // "" = <model>/.deltafin/prefix-cache
+  std::string cache_bytes = "8GiB";
+  std::string cache_ram_bytes = "1GiB";
 };
 
 int RunServe(ServeArgs& args) {
@@ -56,6 +60,19 @@ int RunServe(ServeArgs& args) {
   }
   opt.max_body_bytes = static_cast<size_t>(args.max_body_mib * 1024 * 1024);
   opt.prefill_piece = args.model.prefill_chunk;
+  if (opt.prefix_cache) {
+    auto disk = ParseByteSize(args.cache_bytes);
+    if (!disk.ok()) return Fail(disk.status().WithContext("--cache-bytes"));
+    auto ram = ParseByteSize(args.cache_ram_bytes);
+    if (!ram.ok()) return Fail(ram.status().WithContext("--cache-ram-bytes"));
+    opt.cache_disk_bytes = *disk;
+    opt.cache_ram_bytes = *ram;
+    opt.cache_dir =
+        args.cache_dir.empty()
+            ? (std::filesystem::path(args.model.model_dir) / ".deltafin" / "prefix-cache").string()
+            : args.cache_dir;
+    if (opt.cache_disk_bytes == 0) opt.cache_dir.clear();  // --cache-bytes 0: RAM only
+  }
   server::HttpServer http(**engine, **tok, opt);
   std::thread waiter([&http, stop_signals] {
     int sig = 0;
@@ -128,6 +145,17 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   cmd->add_flag(
       "--no-webui", [args](int64_t) { args->opt.web_ui = false; },
       "Do not serve the chat page at GET /");
+  cmd->add_option("--cache-dir", args->cache_dir,
+                  "Prefix cache folder (default: <model>/.deltafin/prefix-cache)");
+  cmd->add_option("--cache-bytes", args->cache_bytes,
+                  "Disk budget of the prefix cache (e.g. 8GiB; 0 = keep it in RAM only)")
+      ->capture_default_str();
+  cmd->add_option("--cache-ram-bytes", args->cache_ram_bytes,
+                  "RAM budget of the prefix cache's snapshots")
+      ->capture_default_str();
+  cmd->add_flag(
+      "--no-prefix-cache", [args](int64_t) { args->opt.prefix_cache = false; },
+      "Do not snapshot or restore prompt prefixes");
   cmd->callback([args, exit_code] { *exit_code = RunServe(*args); });
 }
 

@@ -3,6 +3,7 @@
 #include "deltafin/engine.h"
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <utility>
 
@@ -277,6 +278,70 @@ void Session::Reset() { impl_->forward.Reset(); }
 void Session::SetObserver(ForwardObserver* observer) { impl_->forward.SetObserver(observer); }
 const SessionStats& Session::stats() const { return impl_->forward.stats(); }
 void Session::ResetStats() { impl_->forward.ResetStats(); }
+
+namespace {
+constexpr char kStateMagic[8] = {'D', 'F', 'S', 'T', 'A', 'T', 'E', '1'};
+// The model shape a snapshot belongs to (a snapshot of another shape is refused, not misread).
+uint64_t ShapeFingerprint(const ModelConfig& c) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](int64_t v) {
+    h ^= static_cast<uint64_t>(v);
+    h *= 1099511628211ull;
+  };
+  for (int64_t v : {c.vocab_size, c.hidden_size, c.num_hidden_layers, c.kv_lora_rank,
+                    c.qk_rope_head_dim, c.kda_heads, c.kda_head_dim, c.conv_kernel_size}) {
+    mix(v);
+  }
+  for (AttentionKind k : c.layer_kinds) mix(static_cast<int64_t>(k));
+  return h;
+}
+constexpr size_t kStateHeader = sizeof(kStateMagic) + sizeof(uint64_t);
+}  // namespace
+
+uint64_t Session::StateBytes() const {
+  return kStateHeader + static_cast<uint64_t>(impl_->vocab) * sizeof(float) +
+         impl_->forward.StateBytes(impl_->forward.position());
+}
+
+Status Session::SaveState(std::vector<uint8_t>* out) const {
+  out->clear();
+  out->reserve(StateBytes());
+  const uint64_t fp = ShapeFingerprint(impl_->forward.config());
+  const auto* magic = reinterpret_cast<const uint8_t*>(kStateMagic);
+  out->insert(out->end(), magic, magic + sizeof(kStateMagic));
+  const auto* fpb = reinterpret_cast<const uint8_t*>(&fp);
+  out->insert(out->end(), fpb, fpb + sizeof(fp));
+  const auto* lb = reinterpret_cast<const uint8_t*>(impl_->logits.data());
+  out->insert(out->end(), lb, lb + impl_->logits.size() * sizeof(float));
+  impl_->forward.AppendState(out);
+  return Status::Ok();
+}
+
+Status Session::RestoreState(std::span<const uint8_t> state) {
+  impl_->forward.Reset();
+  const size_t logits_bytes = impl_->logits.size() * sizeof(float);
+  if (state.size() < kStateHeader + logits_bytes ||
+      std::memcmp(state.data(), kStateMagic, sizeof(kStateMagic)) != 0) {
+    return Status::Error("session state: not a snapshot (bad header or too short)");
+  }
+  uint64_t fp = 0;
+  std::memcpy(&fp, state.data() + sizeof(kStateMagic), sizeof(fp));
+  if (fp != ShapeFingerprint(impl_->forward.config())) {
+    return Status::Error("session state: saved by a model of another shape");
+  }
+  std::memcpy(impl_->logits.data(), state.data() + kStateHeader, logits_bytes);
+  auto used = impl_->forward.RestoreState(state.subspan(kStateHeader + logits_bytes));
+  if (!used.ok()) {
+    impl_->forward.Reset();
+    return used.status();
+  }
+  if (kStateHeader + logits_bytes + *used != state.size()) {
+    impl_->forward.Reset();
+    return Status::Error("session state: " + std::to_string(state.size()) + " bytes, expected " +
+                         std::to_string(kStateHeader + logits_bytes + *used));
+  }
+  return Status::Ok();
+}
 
 const char* OpFamilyName(OpFamily family) {
   switch (family) {

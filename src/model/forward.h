@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "base/aligned_buffer.h"
@@ -34,6 +35,7 @@ class ForwardPass {
 
   int64_t position() const { return position_; }
   int64_t max_chunk() const { return max_chunk_; }
+  const ModelConfig& config() const { return c_; }
   void Reset();
   void SetObserver(ForwardObserver* observer) { observer_ = observer; }
   // Stream installs: asked to make experts local before they are read (not owned).
@@ -52,6 +54,15 @@ class ForwardPass {
   }
   const SessionStats& stats() const { return stats_; }
   void ResetStats() { stats_ = SessionStats{}; }
+
+  // Sequence state snapshots (forward_state.cc; the server's prefix cache): appends position(),
+  // every KDA layer's conv history and recurrent state and every MLA layer's cache rows
+  // [0, position()) to *out; RestoreState reads that layout back from the front of `bytes` and
+  // returns how many bytes it used. The state after a restore is the saved one exactly, so what
+  // follows computes the same floats as if the prefix had been prefilled.
+  void AppendState(std::vector<uint8_t>* out) const;
+  uint64_t StateBytes(int64_t position) const;  // what AppendState adds at `position`
+  Result<size_t> RestoreState(std::span<const uint8_t> bytes);
 
  private:
   const float* const* Sources(int64_t t, int64_t n_anchors);

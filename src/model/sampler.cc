@@ -11,13 +11,32 @@ namespace deltafin {
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {}
 
-int32_t Sampler::Sample(std::span<const float> logits) {
-  if (params_.temperature <= 0 || logits.empty()) return ArgmaxToken(logits);
+int32_t Sampler::Sample(std::span<const float> logits) { return Sample(logits, {}); }
+
+int32_t Sampler::Sample(std::span<const float> logits, std::span<const uint8_t> allowed) {
+  const bool masked = !allowed.empty();
+  if (!masked && (params_.temperature <= 0 || logits.empty())) return ArgmaxToken(logits);
+  if (masked && params_.temperature <= 0) {
+    int32_t best = -1;
+    for (size_t i = 0; i < logits.size() && i < allowed.size(); ++i) {
+      if (allowed[i] && (best < 0 || logits[i] > logits[static_cast<size_t>(best)])) {
+        best = static_cast<int32_t>(i);
+      }
+    }
+    return best;
+  }
   cand_.clear();
   for (size_t i = 0; i < logits.size(); ++i) {
+    if (masked && (i >= allowed.size() || !allowed[i])) continue;
     if (std::isfinite(logits[i])) cand_.push_back({logits[i], static_cast<int32_t>(i)});
   }
-  if (cand_.empty()) return ArgmaxToken(logits);
+  if (cand_.empty()) {
+    if (!masked) return ArgmaxToken(logits);
+    for (size_t i = 0; i < allowed.size(); ++i) {
+      if (allowed[i]) return static_cast<int32_t>(i);  // only non-finite logits are allowed
+    }
+    return -1;
+  }
   auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };

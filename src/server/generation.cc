@@ -182,6 +182,17 @@ void HttpServer::Impl::HandleGeneration(const httplib::Request& req, httplib::Re
   g->job->sampling = g->request.sampling;
   g->job->max_tokens =
       std::min(g->request.max_tokens.value_or(INT64_MAX), info.context_capacity - n);
+  if (g->request.output_schema) {
+    std::call_once(trie_once,
+                   [this] { trie = std::make_shared<const constrain::TokenTrie>(tok.vocab()); });
+    g->job->constraint = std::make_unique<constrain::JsonConstraint>(
+        g->request.output_schema, trie, &tok.vocab(), info.vocab_size,
+        static_cast<int32_t>(info.eos_token_id));
+  }
+  if (prefix_cache) {
+    const size_t preamble = PreambleTokens(g->request, tok, g->prompt);
+    if (preamble > 0 && preamble < g->prompt.size()) g->job->cache_points.push_back(preamble);
+  }
   if (opt.log_prompts) {
     auto text = tok.Decode(g->prompt);
     LogInfo(g->meta.id + " prompt: " + tokenizer::DecodeUtf8Lossy(text.ok() ? *text : ""));

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "server/gated_server.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/prefix_cache.h"
 #include "server/scheduler.h"
 
 namespace deltafin::server {
@@ -40,6 +42,10 @@ struct HttpServer::Impl {
   ServerOptions opt;
   CorsPolicy cors;
   Metrics metrics;
+  std::unique_ptr<PrefixCache> prefix_cache;  // null: --no-prefix-cache
+  // The vocabulary's token trie for constrained decoding, built by the first JSON request.
+  std::once_flag trie_once;
+  std::shared_ptr<const constrain::TokenTrie> trie;
   std::unique_ptr<Scheduler> scheduler;
   GatedServer svr{GateOptionsFor(opt)};
   std::atomic<int> port{0};

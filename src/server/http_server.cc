@@ -206,8 +206,17 @@ Status HttpServer::Run() {
     if (std::string why = CheckCorsOrigin(origin); !why.empty()) return Status::Error(why);
   }
   if (s.opt.model_name.empty()) s.opt.model_name = "kimi-k3";
-  s.scheduler =
-      std::make_unique<Scheduler>(s.engine, s.opt.max_queue, s.opt.prefill_piece, &s.metrics);
+  if (s.opt.prefix_cache) {
+    PrefixCacheOptions pc;
+    pc.dir = s.opt.cache_dir;
+    pc.disk_bytes = s.opt.cache_disk_bytes;
+    pc.ram_bytes = s.opt.cache_ram_bytes;
+    const ModelInfo& info = s.engine.info();
+    pc.model_identity = ModelIdentity(info.model_dir, info.spine_int8);
+    s.prefix_cache = std::make_unique<PrefixCache>(std::move(pc));
+  }
+  s.scheduler = std::make_unique<Scheduler>(s.engine, s.opt.max_queue, s.opt.prefill_piece,
+                                            &s.metrics, s.prefix_cache.get());
   s.svr.set_payload_max_length(s.opt.max_body_bytes);
   const auto rt = std::chrono::duration<double>(s.opt.read_timeout_s);
   s.svr.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(rt));

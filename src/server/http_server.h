@@ -39,6 +39,12 @@ struct ServerOptions {
   std::vector<std::string> cors_origins;  // empty: no CORS headers at all (server/cors.h)
   int64_t prefill_piece = 32;
   RequestDefaults defaults;
+  // The prefix cache (server/prefix_cache.h): off with prefix_cache false; cache_dir "" keeps it
+  // in RAM only. `serve` defaults cache_dir to <model>/.deltafin/prefix-cache.
+  bool prefix_cache = true;
+  std::string cache_dir;
+  uint64_t cache_disk_bytes = uint64_t{8} << 30;
+  uint64_t cache_ram_bytes = uint64_t{1} << 30;
 };
 
 // True for 127.0.0.0/8, ::1 and "localhost".

@@ -150,14 +150,39 @@ std::optional<ApiError> CheckUnsupported(const ojson& obj, Endpoint endpoint) {
       return Unsupported("tool_choice", "only \"auto\" (K3 decides whether to call a tool)");
     }
   }
-  if (const ojson* rf = Get(obj, "response_format"); rf != nullptr) {
-    if (!rf->is_object()) return WrongType("response_format", "an object");
-    const ojson* type = Get(*rf, "type");
-    if (type == nullptr || *type != "text") {
-      return Unsupported("response_format", "only {\"type\": \"text\"}");
-    }
-  }
   return std::nullopt;
+}
+
+// response_format: text, json_object or json_schema (docs/SERVER.md "JSON output").
+std::optional<ApiError> ParseResponseFormat(const ojson& obj, GenerationRequest* out) {
+  const ojson* rf = Get(obj, "response_format");
+  if (rf == nullptr) return std::nullopt;
+  if (!rf->is_object()) return WrongType("response_format", "an object");
+  const ojson* type = Get(*rf, "type");
+  if (type == nullptr || !type->is_string()) {
+    return WrongType("response_format.type", "\"text\", \"json_object\" or \"json_schema\"");
+  }
+  if (*type == "text") return std::nullopt;
+  if (*type == "json_object") {
+    out->output_schema = constrain::JsonSchema::AnyObject();
+    return std::nullopt;
+  }
+  if (*type != "json_schema") {
+    return BadRequest(
+        "'response_format.type' must be \"text\", \"json_object\" or "
+        "\"json_schema\"",
+        "response_format.type");
+  }
+  const ojson* js = Get(*rf, "json_schema");
+  if (js == nullptr || !js->is_object()) {
+    return WrongType("response_format.json_schema", "an object with a 'schema'");
+  }
+  const ojson* schema = Get(*js, "schema");
+  if (schema == nullptr) {
+    return BadRequest("'response_format.json_schema.schema' is required",
+                      "response_format.json_schema.schema");
+  }
+  return CompileOutputSchema(*schema, "response_format.json_schema.schema", out);
 }
 
 std::optional<ApiError> ParseStop(const ojson& obj, std::vector<std::string>* stop) {
@@ -280,6 +305,19 @@ std::optional<ApiError> ParsePrompt(const ojson& obj, GenerationRequest* out) {
 
 }  // namespace
 
+std::optional<ApiError> CompileOutputSchema(const nlohmann::ordered_json& schema,
+                                            const std::string& param, GenerationRequest* out) {
+  auto compiled = constrain::JsonSchema::Compile(schema);
+  if (!compiled.ok()) {
+    const std::string& m = compiled.status().message();
+    return BadRequest(
+        m, param,
+        m.find("not supported") != std::string::npos ? "unsupported_parameter" : "invalid_value");
+  }
+  out->output_schema = *compiled;
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint endpoint,
                                                const RequestDefaults& defaults,
                                                GenerationRequest* out) {
@@ -326,8 +364,11 @@ std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint e
   }
   if (auto err = ParseStop(obj, &out->stop)) return err;
   if (auto err = CheckUnsupported(obj, endpoint)) return err;
+  if (auto err = ParseResponseFormat(obj, out)) return err;
   if (endpoint == Endpoint::kChat) {
     if (auto err = ParseThinking(obj, &out->chat)) return err;
+    // The constraint applies to the whole answer, so a JSON answer has no thinking part.
+    if (out->output_schema) out->chat.thinking = false;
     return ParseMessages(obj, out);
   }
   if (auto err = GetBool(obj, "echo", &out->echo)) return err;
@@ -363,6 +404,25 @@ std::optional<ApiError> BuildPrompt(const GenerationRequest& request,
   *ids = std::move(*encoded);
   if (ids->empty()) return BadRequest("'prompt' encodes to no tokens", "prompt");
   return std::nullopt;
+}
+
+size_t PreambleTokens(const GenerationRequest& request, const tokenizer::Tokenizer& tokenizer,
+                      const std::vector<int32_t>& prompt) {
+  if (request.endpoint != Endpoint::kChat || !request.messages.is_array()) return 0;
+  nlohmann::ordered_json head = nlohmann::ordered_json::array();
+  for (const auto& m : request.messages) {
+    if (!m.is_object() || m.value("role", "") != "system") break;
+    head.push_back(m);
+  }
+  if (head.empty() && request.tools.is_null()) return 0;
+  tokenizer::ChatOptions options = request.chat;
+  options.add_generation_prompt = false;
+  auto segs = tokenizer::RenderChat(head, request.tools, options);
+  if (!segs.ok()) return 0;
+  auto ids = tokenizer::EncodeChat(tokenizer, *segs);
+  if (!ids.ok()) return 0;
+  const auto end = std::mismatch(ids->begin(), ids->end(), prompt.begin(), prompt.end());
+  return static_cast<size_t>(end.second - prompt.begin());
 }
 
 }  // namespace deltafin::server

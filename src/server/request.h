@@ -8,12 +8,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "constrain/json_constraint.h"
 #include "deltafin/sampler.h"
 #include "server/api_error.h"
 #include "tokenizer/chat.h"
@@ -53,7 +55,15 @@ struct GenerationRequest {
   std::vector<int64_t> prompt_ids;
   bool prompt_is_ids = false;
   bool echo = false;
+  // Constrained JSON output (response_format json_object / json_schema; any endpoint may set it
+  // with CompileOutputSchema): null = free text. Chats turn thinking off with it.
+  std::shared_ptr<const constrain::JsonSchema> output_schema;
 };
+
+// Compiles a JSON schema for constrained output into out->output_schema; a 400 naming `param`
+// (and the unsupported keyword) when it is outside the supported subset.
+std::optional<ApiError> CompileOutputSchema(const nlohmann::ordered_json& schema,
+                                            const std::string& param, GenerationRequest* out);
 
 // Parses `body` for `endpoint`. On error returns the 400 to send and leaves *out unspecified.
 std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint endpoint,
@@ -65,5 +75,12 @@ std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint e
 std::optional<ApiError> BuildPrompt(const GenerationRequest& request,
                                     const tokenizer::Tokenizer& tokenizer,
                                     std::vector<int32_t>* ids);
+
+// The prefix cache's preamble point: how many leading tokens of a chat `prompt` are the system
+// (and developer) messages and tools before the first user turn, i.e. the longest common prefix
+// of `prompt` and the rendering of those messages alone. 0 for completions and for chats that
+// have no such preamble.
+size_t PreambleTokens(const GenerationRequest& request, const tokenizer::Tokenizer& tokenizer,
+                      const std::vector<int32_t>& prompt);
 
 }  // namespace deltafin::server

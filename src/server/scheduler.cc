@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "base/log.h"
 #include "deltafin/sampler.h"
 
 namespace deltafin::server {
@@ -28,11 +29,13 @@ StepTiming StepSince(const SessionStats& before, Clock::time_point since, const 
 }
 }  // namespace
 
-Scheduler::Scheduler(const Engine& engine, int max_queue, int64_t prefill_piece, Metrics* metrics)
+Scheduler::Scheduler(const Engine& engine, int max_queue, int64_t prefill_piece, Metrics* metrics,
+                     PrefixCache* cache)
     : engine_(engine),
       max_queue_(max_queue),
       prefill_piece_(std::max<int64_t>(1, prefill_piece)),
       metrics_(metrics),
+      cache_(cache),
       session_(engine.NewSession()) {
   worker_ = std::thread([this] { Run(); });
 }
@@ -120,6 +123,20 @@ void Scheduler::Finish(Job& job, Job::End end, const std::string& error) {
 
 void Scheduler::PublishStats() { metrics_->SetSessionStats(session_->stats()); }
 
+void Scheduler::Snapshot(std::span<const int32_t> prefix) {
+  if (cache_ == nullptr || prefix.size() < std::max<size_t>(1, cache_->min_tokens()) ||
+      cache_->Contains(prefix)) {
+    return;
+  }
+  std::vector<uint8_t> state;
+  Status st = session_->SaveState(&state);
+  if (!st.ok()) {
+    LogWarn("prefix cache: snapshot failed: " + st.message());
+    return;
+  }
+  cache_->Insert(prefix, std::move(state));
+}
+
 void Scheduler::Process(Job& job) {
   auto should_end = [&] { return job.cancelled.load() || job.stop_requested.load(); };
   if (job.IsCancelled()) {
@@ -140,6 +157,21 @@ void Scheduler::Process(Job& job) {
     session_->Reset();
     fed_.clear();
   }
+  if (cache_ != nullptr) {
+    PrefixCache::Hit hit = cache_->Lookup(prompt);
+    if (hit.tokens > reuse) {
+      Status st = session_->RestoreState(*hit.state);
+      if (st.ok()) {
+        reuse = hit.tokens;
+        fed_.assign(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(reuse));
+      } else {
+        LogWarn("prefix cache: restore failed (" + st.message() + "); prefilling instead");
+        session_->Reset();
+        fed_.clear();
+        reuse = 0;
+      }
+    }
+  }
   metrics_->CountReuse(reuse > 0);
   // Room for the tokens and their timings up front, so that most answers never regrow them.
   {
@@ -151,14 +183,18 @@ void Scheduler::Process(Job& job) {
   SessionStats step_stats = session_->stats();
   const auto t0 = Clock::now();
   auto step_start = t0;
-  for (size_t pos = reuse; pos < prompt.size(); pos += static_cast<size_t>(prefill_piece_)) {
+  auto point = std::upper_bound(job.cache_points.begin(), job.cache_points.end(), reuse);
+  for (size_t pos = reuse, n = 0; pos < prompt.size(); pos += n) {
     if (should_end()) {
       metrics_->AddPrompt(static_cast<int64_t>(prompt.size()), static_cast<int64_t>(reuse),
                           Seconds(t0));
       if (job.IsCancelled()) metrics_->CountCancelled();
       return EndRunningJob(job, job.IsCancelled() ? Job::End::kCancelled : Job::End::kEos);
     }
-    const size_t n = std::min(prompt.size() - pos, static_cast<size_t>(prefill_piece_));
+    n = std::min(prompt.size() - pos, static_cast<size_t>(prefill_piece_));
+    if (cache_ != nullptr && point != job.cache_points.end() && *point < prompt.size()) {
+      n = std::min(n, *point - pos);  // stop at the cache point to snapshot there
+    }
     Status st = session_->Prefill(std::span<const int32_t>(prompt.data() + pos, n));
     PublishStats();
     if (!st.ok()) {
@@ -168,6 +204,10 @@ void Scheduler::Process(Job& job) {
     }
     fed_.insert(fed_.end(), prompt.begin() + static_cast<ptrdiff_t>(pos),
                 prompt.begin() + static_cast<ptrdiff_t>(pos + n));
+    if (cache_ != nullptr && point != job.cache_points.end() && pos + n == *point) {
+      Snapshot(std::span<const int32_t>(prompt.data(), pos + n));
+      ++point;
+    }
   }
   const double prefill_s = Seconds(t0);
   metrics_->AddPrompt(static_cast<int64_t>(prompt.size()), static_cast<int64_t>(reuse), prefill_s);
@@ -183,8 +223,20 @@ void Scheduler::Process(Job& job) {
   int64_t generated = 0;
   Job::End end = Job::End::kLength;
   std::string error;
+  std::vector<uint8_t> allowed;  // the constraint's mask, reused for every token
+  if (job.constraint) allowed.resize(static_cast<size_t>(info.vocab_size));
   for (;;) {
-    const int32_t next = sampler.Sample(session_->Logits());
+    int32_t next = -1;
+    if (job.constraint) {
+      if (job.constraint->Mask(allowed) > 0) next = sampler.Sample(session_->Logits(), allowed);
+      if (next < 0 || !job.constraint->Accept(next)) {
+        end = Job::End::kError;
+        error = "constrained decoding: no token of the vocabulary continues the JSON value";
+        break;
+      }
+    } else {
+      next = sampler.Sample(session_->Logits());
+    }
     const SessionStats& now = session_->stats();
     const StepTiming step = StepSince(step_stats, step_start, now);
     step_stats = now;
@@ -195,6 +247,8 @@ void Scheduler::Process(Job& job) {
       job.steps.push_back(step);
     }
     job.cv.notify_all();
+    // The whole prompt's state, once its first token is with the reader (Logits() still hold it).
+    if (generated == 0 && cache_ != nullptr && reuse < prompt.size()) Snapshot(prompt);
     ++generated;
     if (next == info.eos_token_id) {
       end = Job::End::kEos;

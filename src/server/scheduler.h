@@ -10,6 +10,12 @@
 // new prompt starts with exactly those tokens (a growing chat whose client sent back the previous
 // answer), only the rest of the prompt is prefilled; anything else resets the Session. This is
 // exact: the state after feeding a sequence does not depend on how it was split.
+//
+// Prefix cache (prefix_cache.h, optional): before prefilling, the worker restores the longest
+// cached prefix of the prompt when it is longer than the reusable conversation state; the prefill
+// then stops at each of the job's cache points (the end of the system/tools preamble) and after the
+// whole prompt to snapshot the state into the cache (the whole prompt's snapshot is taken after the
+// first token has been handed to the reader, so it does not delay it).
 #pragma once
 
 #include <atomic>
@@ -22,8 +28,10 @@
 #include <thread>
 #include <vector>
 
+#include "constrain/json_constraint.h"
 #include "deltafin/engine.h"
 #include "server/metrics.h"
+#include "server/prefix_cache.h"
 #include "server/request.h"
 #include "server/timings.h"
 
@@ -34,6 +42,12 @@ struct Job {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   int64_t max_tokens = 0;  // > 0
+  // Prompt prefix lengths to snapshot into the prefix cache besides the whole prompt (ascending,
+  // each < prompt.size()): the end of the system/tools preamble.
+  std::vector<size_t> cache_points;
+  // Constrained decoding (response_format): every token is drawn from the ones it allows, and it
+  // is advanced by each; null = unconstrained. The worker owns it while the job runs.
+  std::unique_ptr<constrain::JsonConstraint> constraint;
 
   enum class End { kNone, kEos, kLength, kCancelled, kError };
 
@@ -64,7 +78,9 @@ struct Job {
 class Scheduler {
  public:
   // prefill_piece: prompt tokens fed per Prefill call (cancellation is checked between pieces).
-  Scheduler(const Engine& engine, int max_queue, int64_t prefill_piece, Metrics* metrics);
+  // `cache` (optional, not owned) is the prefix cache.
+  Scheduler(const Engine& engine, int max_queue, int64_t prefill_piece, Metrics* metrics,
+            PrefixCache* cache = nullptr);
   ~Scheduler();  // stops the worker (running and queued jobs end as cancelled)
 
   // Queues the job; false when max_queue jobs are already waiting (a job the idle worker takes at
@@ -81,11 +97,14 @@ class Scheduler {
   // Marks the worker idle, then finishes the job it was running.
   void EndRunningJob(Job& job, Job::End end, const std::string& error = "");
   void PublishStats();
+  // Snapshots the session (after the first `n` prompt tokens) into the prefix cache.
+  void Snapshot(std::span<const int32_t> prefix);
 
   const Engine& engine_;
   const int max_queue_;
   const int64_t prefill_piece_;
   Metrics* metrics_;
+  PrefixCache* cache_;
   std::unique_ptr<Session> session_;
   std::vector<int32_t> fed_;  // every token the session has been fed, in order
 

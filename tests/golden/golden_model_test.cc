@@ -145,6 +145,56 @@ TEST(GoldenModel, PrefillMatchesTokenByTokenDecode) {
   }
 }
 
+// Session::SaveState / RestoreState (the server's prefix cache): a restored session is the saved
+// one, bit for bit: its logits, and every logit that follows, in another session of another
+// Engine instance of the same model. With prefill_chunk 1 no split changes the arithmetic, so
+// there a restore followed by the suffix must equal one full prefill exactly.
+TEST(GoldenModel, RestoredStateGivesIdenticalLogits) {
+  const auto ids = Reference()["sequences"][2]["ids"].get<std::vector<int32_t>>();
+  ASSERT_GE(ids.size(), 6u);
+  const size_t cut = ids.size() / 2;
+  const std::span<const int32_t> prefix(ids.data(), cut),
+      suffix(ids.data() + cut, ids.size() - cut);
+  for (int64_t chunk : {1, 32}) {
+    auto engine = LoadGolden(chunk);
+    ASSERT_NE(engine, nullptr);
+    const auto vocab = static_cast<size_t>(engine->info().vocab_size);
+    auto a = engine->NewSession();
+    ASSERT_TRUE(a->Prefill(prefix).ok());
+    std::vector<uint8_t> state;
+    ASSERT_TRUE(a->SaveState(&state).ok());
+    EXPECT_EQ(state.size(), a->StateBytes());
+    const std::vector<float> at_cut(a->Logits().begin(), a->Logits().end());
+    std::vector<float> expect(suffix.size() * vocab);
+    ASSERT_TRUE(a->Prefill(suffix, expect).ok());
+
+    auto other = LoadGolden(chunk);  // a fresh engine: nothing shared but the files
+    ASSERT_NE(other, nullptr);
+    auto b = other->NewSession();
+    ASSERT_TRUE(b->Prefill(suffix).ok());  // some other state, to be overwritten
+    ASSERT_TRUE(b->RestoreState(state).ok());
+    EXPECT_EQ(b->position(), static_cast<int64_t>(cut));
+    EXPECT_EQ(std::vector<float>(b->Logits().begin(), b->Logits().end()), at_cut);
+    std::vector<float> got(suffix.size() * vocab);
+    ASSERT_TRUE(b->Prefill(suffix, got).ok());
+    EXPECT_EQ(got, expect) << "chunk " << chunk;
+    if (chunk == 1) {
+      auto full = engine->NewSession();
+      std::vector<float> all(ids.size() * vocab);
+      ASSERT_TRUE(full->Prefill(ids, all).ok());
+      EXPECT_EQ(std::vector<float>(all.begin() + static_cast<ptrdiff_t>(cut * vocab), all.end()),
+                got);
+    }
+    // Damaged snapshots are refused and leave a reset session.
+    std::vector<uint8_t> cut_short(state.begin(), state.end() - 4);
+    EXPECT_FALSE(b->RestoreState(cut_short).ok());
+    EXPECT_EQ(b->position(), 0);
+    std::vector<uint8_t> bad_magic = state;
+    bad_magic[0] ^= 1;
+    EXPECT_FALSE(b->RestoreState(bad_magic).ok());
+  }
+}
+
 TEST(GoldenModel, ResetStartsANewSequence) {
   auto engine = LoadGolden();
   ASSERT_NE(engine, nullptr);

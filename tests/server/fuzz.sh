@@ -11,6 +11,7 @@ clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-reco
   -I"$root/src" -I"$root/include" -DDF_FUZZ_MODEL_DIR="\"$root/tests/data/golden/tiny-k3\"" \
   "$root/tests/server/fuzz_request.cc" \
   "$root"/src/server/{request,output,stop_matcher,response_json}.cc \
+  "$root/src/constrain/json_constraint.cc" \
   "$root"/src/tokenizer/{utf8,vocab,pretokenizer,bpe,tokenizer,chat_template,chat_parser}.cc \
   "$root/src/io/mapped_file.cc" "$root/src/base/log.cc" \
   $(pkg-config --cflags --libs libpcre2-8) -lpthread -o "$out/fuzz_request"

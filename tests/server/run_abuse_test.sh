@@ -11,7 +11,8 @@ trap stop_servers EXIT
 mkdir -p "$work"
 make_tiny_model
 
-start_server base "$work/serve.log" --model "$work/model" --threads 1 --max-queue 4 \
+# --no-prefix-cache: the disconnect-during-prefill checks need prompts that are prefilled.
+start_server base "$work/serve.log" --model "$work/model" --threads 1 --max-queue 4 --no-prefix-cache \
   --header-timeout 4 --max-body-mib 1 --read-timeout 2 --retry-after 3 --ping-interval 0.2
 
 # Busy port: a second server on the same port fails with a clear message (and never shares it).

@@ -35,7 +35,8 @@ fi
 make_tiny_model
 # Streamed experts through a cache far smaller than the tiny model's 9.6 MiB of experts, so that
 # tokens wait for reads and the panel has I/O wait to show.
-start_server base "$work/serve.log" --model "$work/model" --threads 1 --experts streamed \
+# --no-prefix-cache: the page shows the prefill of each answer.
+start_server base "$work/serve.log" --model "$work/model" --threads 1 --no-prefix-cache --experts streamed \
   --expert-cache 2M
 start_server auth "$work/serve_auth.log" --model "$work/model" --threads 1 --api-key sekrit
 root=${base%/v1}

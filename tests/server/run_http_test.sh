@@ -29,7 +29,9 @@ for bad in "--log-level verbose" "--cors-origin localhost:3000" "--cors-origin h
 done
 echo "ok - bad --log-level and --cors-origin values refused"
 
-start_server base "$work/serve.log" --model "$work/model" --threads 1 --max-queue 2 \
+# --no-prefix-cache: these checks expect every new prompt to be prefilled (timings of the prefill
+# step, conversation reuse counts); the prefix cache has its own test (run_json_cache_test.sh).
+start_server base "$work/serve.log" --model "$work/model" --threads 1 --max-queue 2 --no-prefix-cache \
   --ping-interval 0.1 --max-body-mib 1 --read-timeout 1 --header-timeout 2
 start_server cors "$work/serve_cors.log" --model "$work/model" --threads 1 \
   --cors-origin http://allowed.example --api-key sekrit

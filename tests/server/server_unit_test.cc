@@ -4,6 +4,8 @@
 // timings, the CORS policy, and log levels.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -13,10 +15,12 @@
 #include "server/cors.h"
 #include "server/metrics.h"
 #include "server/output.h"
+#include "server/prefix_cache.h"
 #include "server/request.h"
 #include "server/response_json.h"
 #include "server/stop_matcher.h"
 #include "tokenizer/tokenizer.h"
+#include "unit/test_files.h"
 
 namespace deltafin::server {
 namespace {
@@ -66,6 +70,9 @@ TEST(RequestTest, RejectsWhatItCannotHonourNamingTheField) {
       {R"({"messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})", "stop"},
       {R"({"messages":[{"role":"user","content":"x"}],"stream":"yes"})", "stream"},
       {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})", "tool_choice"},
+      {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema",
+        "json_schema":{"schema":{"type":"string","pattern":"a+"}}}})",
+       "response_format.json_schema.schema"},
       {R"({"messages":[{"role":"user","content":"x"}],"reasoning_effort":"huge"})",
        "reasoning_effort"},
       {R"({"messages":[]})", "messages"},
@@ -420,6 +427,190 @@ TEST(MetricsTest, RendersTheOpFamilyBreakdownOnePerFamily) {
     ++families;
   }
   EXPECT_EQ(families, kOpFamilyCount);
+}
+
+}  // namespace
+}  // namespace deltafin::server
+
+namespace deltafin::server {
+namespace {
+
+TEST(ResponseFormatTest, ParsesJsonModesAndNamesUnsupportedKeywords) {
+  GenerationRequest r;
+  ASSERT_FALSE(Parse(R"({"messages":[{"role":"user","content":"x"}],
+      "response_format":{"type":"text"}})",
+                     &r));
+  EXPECT_EQ(r.output_schema, nullptr);
+  ASSERT_FALSE(Parse(R"({"messages":[{"role":"user","content":"x"}],
+      "response_format":{"type":"json_object"}})",
+                     &r));
+  ASSERT_NE(r.output_schema, nullptr);
+  EXPECT_FALSE(r.chat.thinking);  // JSON answers have no thinking part
+  ASSERT_FALSE(Parse(R"({"messages":[{"role":"user","content":"x"}],
+      "response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,
+      "schema":{"type":"object","properties":{"a":{"type":"string"}},"required":["a"],
+      "additionalProperties":false}}}})",
+                     &r));
+  ASSERT_NE(r.output_schema, nullptr);
+  auto err = Parse(R"({"messages":[{"role":"user","content":"x"}],
+      "response_format":{"type":"json_schema","json_schema":{"name":"p",
+      "schema":{"type":"object","properties":{"a":{"type":"string","format":"date"}}}}}})",
+                   &r);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->status, 400);
+  EXPECT_EQ(err->param, "response_format.json_schema.schema");
+  EXPECT_NE(err->message.find("'format'"), std::string::npos) << err->message;
+  EXPECT_NE(err->message.find("/properties/a"), std::string::npos) << err->message;
+  for (const char* bad : {R"("json")", R"({"type":"xml"})", R"({"type":"json_schema"})",
+                          R"({"type":"json_schema","json_schema":{"name":"x"}})"}) {
+    err = Parse(std::string(R"({"messages":[{"role":"user","content":"x"}],"response_format":)") +
+                    bad + "}",
+                &r);
+    ASSERT_TRUE(err) << bad;
+    EXPECT_EQ(err->status, 400) << bad;
+    EXPECT_NE(err->param.find("response_format"), std::string::npos) << bad;
+  }
+}
+
+TEST(SamplerTest, MaskedSampleDrawsOnlyAllowedIds) {
+  std::vector<float> logits = {5, 1, 3, 9, 2};
+  std::vector<uint8_t> allowed = {0, 1, 1, 0, 1};
+  Sampler greedy(SamplingParams{});
+  EXPECT_EQ(greedy.Sample(logits, allowed), 2);
+  SamplingParams p;
+  p.temperature = 1;
+  p.seed = 7;
+  Sampler s(p);
+  for (int i = 0; i < 200; ++i) {
+    const int32_t id = s.Sample(logits, allowed);
+    ASSERT_TRUE(id == 1 || id == 2 || id == 4) << id;
+  }
+  std::vector<uint8_t> none(5, 0);
+  EXPECT_EQ(s.Sample(logits, none), -1);
+}
+
+std::vector<uint8_t> Bytes(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(seed + i * 7);
+  return v;
+}
+
+TEST(PrefixCacheTest, LongestPrefixInRamAndAfterARestart) {
+  testing::ScopedTempDir dir;
+  PrefixCacheOptions o;
+  o.dir = dir.Join("cache");
+  o.model_identity = 42;
+  const std::vector<int32_t> a = {1, 2, 3}, ab = {1, 2, 3, 4, 5}, prompt = {1, 2, 3, 4, 5, 6};
+  {
+    PrefixCache c(o);
+    ASSERT_TRUE(c.disk_enabled());
+    EXPECT_EQ(c.Lookup(prompt).tokens, 0u);
+    c.Insert(a, Bytes(100, 1));
+    c.Insert(ab, Bytes(200, 2));
+    auto hit = c.Lookup(prompt);
+    EXPECT_EQ(hit.tokens, 5u);
+    ASSERT_NE(hit.state, nullptr);
+    EXPECT_EQ(*hit.state, Bytes(200, 2));
+    EXPECT_EQ(c.Lookup(std::vector<int32_t>{1, 2, 3, 9}).tokens, 3u);
+    EXPECT_EQ(c.Lookup(std::vector<int32_t>{2, 3}).tokens, 0u);
+    c.Flush();
+    EXPECT_EQ(c.disk_entries(), 2u);
+  }
+  {
+    PrefixCache c(o);  // a restart: only the files
+    EXPECT_EQ(c.ram_bytes(), 0u);
+    auto hit = c.Lookup(prompt);
+    EXPECT_EQ(hit.tokens, 5u);
+    ASSERT_NE(hit.state, nullptr);
+    EXPECT_EQ(*hit.state, Bytes(200, 2));
+  }
+  {
+    PrefixCacheOptions other = o;
+    other.model_identity = 43;  // another model: the files are not used (nor deleted)
+    PrefixCache c(other);
+    EXPECT_EQ(c.Lookup(prompt).tokens, 0u);
+  }
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(o.dir))
+    files += e.path().extension() == ".dfpc";
+  EXPECT_EQ(files, 2u);
+}
+
+TEST(PrefixCacheTest, CorruptAndTruncatedFilesAreDeletedAndIgnored) {
+  testing::ScopedTempDir dir;
+  PrefixCacheOptions o;
+  o.dir = dir.Join("cache");
+  o.model_identity = 7;
+  const std::vector<int32_t> a = {5, 6}, ab = {5, 6, 7, 8};
+  {
+    PrefixCache c(o);
+    c.Insert(a, Bytes(64, 3));
+    c.Insert(ab, Bytes(4096, 4));
+    c.Flush();
+  }
+  std::vector<std::filesystem::path> paths;
+  for (const auto& e : std::filesystem::directory_iterator(o.dir)) paths.push_back(e.path());
+  ASSERT_EQ(paths.size(), 2u);
+  // Flip one byte in the middle of the bigger file (same size: only the checksum can tell).
+  const auto big = std::filesystem::file_size(paths[0]) > std::filesystem::file_size(paths[1])
+                       ? paths[0]
+                       : paths[1];
+  const auto small = big == paths[0] ? paths[1] : paths[0];
+  {
+    std::fstream f(big, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(2000);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x10;
+    f.seekp(2000);
+    f.write(&c, 1);
+  }
+  {
+    PrefixCache c(o);
+    auto hit = c.Lookup(ab);  // the corrupt longer entry is dropped; the shorter one serves
+    EXPECT_EQ(hit.tokens, 2u);
+    ASSERT_NE(hit.state, nullptr);
+    EXPECT_EQ(*hit.state, Bytes(64, 3));
+  }
+  EXPECT_FALSE(std::filesystem::exists(big));
+  // Truncate the other: found at the scan, deleted.
+  std::filesystem::resize_file(small, std::filesystem::file_size(small) - 3);
+  {
+    PrefixCache c(o);
+    EXPECT_EQ(c.Lookup(ab).tokens, 0u);
+  }
+  EXPECT_FALSE(std::filesystem::exists(small));
+}
+
+TEST(PrefixCacheTest, DiskBudgetEvictsLeastRecentlyUsedAndUnwritableDirWarns) {
+  testing::ScopedTempDir dir;
+  PrefixCacheOptions o;
+  o.dir = dir.Join("cache");
+  o.disk_bytes = 3000;  // room for two 1000-byte states
+  o.ram_bytes = 1500;   // room for one
+  o.model_identity = 1;
+  PrefixCache c(o);
+  for (int32_t i = 0; i < 3; ++i) {
+    c.Insert(std::vector<int32_t>{i}, Bytes(1000, static_cast<uint8_t>(i)));
+    c.Flush();
+  }
+  EXPECT_LE(c.disk_bytes(), 3000u);
+  EXPECT_EQ(c.disk_entries(), 2u);
+  EXPECT_LE(c.ram_bytes(), 1500u);
+  EXPECT_EQ(c.Lookup(std::vector<int32_t>{0}).tokens, 0u);  // the oldest went
+  auto hit = c.Lookup(std::vector<int32_t>{1});             // from disk (not in RAM any more)
+  EXPECT_EQ(hit.tokens, 1u);
+  ASSERT_NE(hit.state, nullptr);
+  EXPECT_EQ(*hit.state, Bytes(1000, 1));
+
+  // A file where the directory should be: no disk cache, RAM still works.
+  testing::WriteTextFile(dir.Join("file"), "x");
+  PrefixCacheOptions bad = o;
+  bad.dir = dir.Join("file");
+  PrefixCache r(bad);
+  EXPECT_FALSE(r.disk_enabled());
+  r.Insert(std::vector<int32_t>{9}, Bytes(10, 9));
+  EXPECT_EQ(r.Lookup(std::vector<int32_t>{9, 1}).tokens, 1u);
 }
 
 }  // namespace

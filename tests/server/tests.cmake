@@ -32,3 +32,10 @@ add_test(NAME server_abuse
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/run_abuse_test.sh $<TARGET_FILE:deltafin>
                  ${CMAKE_CURRENT_BINARY_DIR}/server-abuse)
 set_tests_properties(server_abuse PROPERTIES LABELS e2e TIMEOUT 300)
+# Constrained JSON output and the persistent prefix cache (docs/SERVER.md).
+add_test(NAME server_json_cache
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/run_json_cache_test.sh
+                 $<TARGET_FILE:deltafin> ${CMAKE_CURRENT_BINARY_DIR}/server-json-cache)
+# Two ~2,400-token prefills and ~60 sampled JSON answers: 12 minutes on the shared 2-core dev VM
+# under load (tiny-model decode at ~70 ms/token there), far less on an idle machine.
+set_tests_properties(server_json_cache PROPERTIES LABELS e2e TIMEOUT 900)
