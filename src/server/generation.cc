@@ -1,17 +1,17 @@
 // POST /v1/chat/completions and /v1/completions: parse, render, queue, then either wait for the
 // whole answer or stream it as server-sent events. While a request waits or streams, its HTTP
 // thread polls the client connection every 50 ms and cancels the job when the client is gone.
+// StartGeneration and ServeAgentGeneration are shared with the Anthropic and Responses APIs.
+#include "server/generation.h"
+
 #include <chrono>
 #include <cstdio>
 #include <mutex>
 #include <random>
 
 #include "base/log.h"
-#include "server/connection.h"
 #include "server/http_internal.h"
-#include "server/output.h"
 #include "server/request_log.h"
-#include "server/response_json.h"
 #include "tokenizer/utf8.h"
 
 namespace deltafin::server {
@@ -22,6 +22,8 @@ using Clock = std::chrono::steady_clock;
 using ojson = nlohmann::ordered_json;
 constexpr auto kPollStep = std::chrono::milliseconds(50);
 
+}  // namespace
+
 std::string NewId(const char* prefix) {
   static std::mutex mu;
   static std::mt19937_64 rng(std::random_device{}());
@@ -31,150 +33,116 @@ std::string NewId(const char* prefix) {
   return buf;
 }
 
-void Append(OutputDelta* all, OutputDelta&& d) {
-  all->reasoning += d.reasoning;
-  all->content += d.content;
-  for (auto& c : d.tool_calls) all->tool_calls.push_back(std::move(c));
+void Gen::Poll(Clock::duration wait, OutputDelta* delta) {
+  std::vector<int32_t> fresh;
+  {
+    std::unique_lock lock(job->mu);
+    job->cv.wait_for(lock, wait,
+                     [&] { return job->tokens.size() > cursor || job->end != Job::End::kNone; });
+    fresh.assign(job->tokens.begin() + static_cast<ptrdiff_t>(cursor), job->tokens.end());
+    steps.insert(steps.end(), job->steps.begin() + static_cast<ptrdiff_t>(cursor),
+                 job->steps.end());
+    cursor = job->tokens.size();
+    end = job->end;
+    error = job->error;
+  }
+  if (!fresh.empty() && ttft_s < 0) {
+    ttft_s = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  for (int32_t id : fresh) {
+    OutputDelta d;
+    const bool stop = out->Feed(id, &d);
+    Append(delta, std::move(d));
+    if (stop) {
+      job->Stop();
+      done = true;
+      return;
+    }
+  }
+  if (end != Job::End::kNone) {
+    OutputDelta d;
+    out->Finish(&d);
+    Append(delta, std::move(d));
+    done = true;
+  }
 }
 
-// One generation request from queueing to the last byte.
-struct Gen {
-  Gen(const httplib::Request& req, GenerationRequest r) : request(std::move(r)), conn(req) {}
-  GenerationRequest request;
-  std::vector<int32_t> prompt;
-  std::shared_ptr<Job> job;
-  ResponseMeta meta;
-  std::unique_ptr<OutputAssembler> out;
-  ClientConnection conn;
-  size_t cursor = 0;
-  std::vector<StepTiming> steps;  // a copy of job->steps up to `cursor`
-  size_t steps_sent = 0;          // steps already sent as token_timings
-  bool done = false;
-  Job::End end = Job::End::kNone;
-  std::string error;
-  Clock::time_point start = Clock::now();
-  double ttft_s = -1;
+Usage Gen::GetUsage() const {
+  Usage u;
+  u.prompt_tokens = static_cast<int64_t>(prompt.size());
+  u.completion_tokens = out->completion_tokens();
+  u.reasoning_tokens = out->reasoning_tokens();
+  std::lock_guard lock(job->mu);
+  u.cached_tokens = job->cached_tokens;
+  return u;
+}
 
-  // Waits up to `wait` for the worker, feeds new tokens to the assembler and appends what they
-  // add to *delta. Sets `done` when the response is complete (or failed).
-  void Poll(Clock::duration wait, OutputDelta* delta) {
-    std::vector<int32_t> fresh;
-    {
-      std::unique_lock lock(job->mu);
-      job->cv.wait_for(lock, wait,
-                       [&] { return job->tokens.size() > cursor || job->end != Job::End::kNone; });
-      fresh.assign(job->tokens.begin() + static_cast<ptrdiff_t>(cursor), job->tokens.end());
-      steps.insert(steps.end(), job->steps.begin() + static_cast<ptrdiff_t>(cursor),
-                   job->steps.end());
-      cursor = job->tokens.size();
-      end = job->end;
-      error = job->error;
-    }
-    if (!fresh.empty() && ttft_s < 0) {
-      ttft_s = std::chrono::duration<double>(Clock::now() - start).count();
-    }
-    for (int32_t id : fresh) {
-      OutputDelta d;
-      const bool stop = out->Feed(id, &d);
-      Append(delta, std::move(d));
-      if (stop) {
-        job->Stop();
-        done = true;
-        return;
-      }
-    }
-    if (end != Job::End::kNone) {
-      OutputDelta d;
-      out->Finish(&d);
-      Append(delta, std::move(d));
-      done = true;
-    }
-  }
-
-  Usage GetUsage() const {
-    Usage u;
-    u.prompt_tokens = static_cast<int64_t>(prompt.size());
-    u.completion_tokens = out->completion_tokens();
-    u.reasoning_tokens = out->reasoning_tokens();
+Timings Gen::GetTimings() const {
+  const Usage u = GetUsage();
+  double prefill_s = 0;
+  {
     std::lock_guard lock(job->mu);
-    u.cached_tokens = job->cached_tokens;
-    return u;
+    prefill_s = job->prefill_seconds;
   }
+  return SumTimings(u.prompt_tokens, u.cached_tokens, prefill_s, u.completion_tokens, steps);
+}
 
-  Timings GetTimings() const {
-    const Usage u = GetUsage();
-    double prefill_s = 0;
-    {
-      std::lock_guard lock(job->mu);
-      prefill_s = job->prefill_seconds;
-    }
-    return SumTimings(u.prompt_tokens, u.cached_tokens, prefill_s, u.completion_tokens, steps);
-  }
+void Gen::AddTimings(ojson* chunk) {
+  (*chunk)["timings"] = TimingsJson(GetTimings());
+  if (!request.timings_per_token) return;
+  (*chunk)["token_timings"] =
+      TokenTimingsJson(std::span<const StepTiming>(steps).subspan(steps_sent), steps_sent);
+  steps_sent = steps.size();
+}
 
-  // Adds `timings` (so far) and the `token_timings` not sent yet to a streamed chunk.
-  void AddTimings(ojson* chunk) {
-    (*chunk)["timings"] = TimingsJson(GetTimings());
-    if (!request.timings_per_token) return;
-    (*chunk)["token_timings"] =
-        TokenTimingsJson(std::span<const StepTiming>(steps).subspan(steps_sent), steps_sent);
-    steps_sent = steps.size();
-  }
-
-  // The request log's detail: id, token counts and where the time went.
-  std::string LogDetail() const {
-    const Usage u = GetUsage();
-    const Timings t = GetTimings();
-    char line[320];
-    std::snprintf(line, sizeof(line),
-                  "%s prompt=%lld cached=%lld completion=%lld ttft=%.3fs prefill=%lld/%.3fs "
-                  "decode=%lld/%.3fs io_wait=%.3fs",
-                  meta.id.c_str(), static_cast<long long>(u.prompt_tokens),
-                  static_cast<long long>(u.cached_tokens),
-                  static_cast<long long>(u.completion_tokens), ttft_s,
-                  static_cast<long long>(t.prompt_n), t.prompt_ms / 1e3,
-                  static_cast<long long>(std::max<int64_t>(0, t.predicted_n - 1)),
-                  t.predicted_ms / 1e3, t.io_wait_ms / 1e3);
-    return line;
-  }
-};
+std::string Gen::LogDetail() const {
+  const Usage u = GetUsage();
+  const Timings t = GetTimings();
+  char line[320];
+  std::snprintf(line, sizeof(line),
+                "%s prompt=%lld cached=%lld completion=%lld ttft=%.3fs prefill=%lld/%.3fs "
+                "decode=%lld/%.3fs io_wait=%.3fs",
+                meta.id.c_str(), static_cast<long long>(u.prompt_tokens),
+                static_cast<long long>(u.cached_tokens),
+                static_cast<long long>(u.completion_tokens), ttft_s,
+                static_cast<long long>(t.prompt_n), t.prompt_ms / 1e3,
+                static_cast<long long>(std::max<int64_t>(0, t.predicted_n - 1)),
+                t.predicted_ms / 1e3, t.io_wait_ms / 1e3);
+  return line;
+}
 
 ApiError EngineError(const std::string& message) {
   return ApiError{500, "generation failed: " + message, "server_error", "", "engine_error"};
 }
 
-}  // namespace
-
-void HttpServer::Impl::HandleGeneration(const httplib::Request& req, httplib::Response& res,
-                                        Endpoint endpoint) {
-  const std::string ep = endpoint == Endpoint::kChat ? "chat" : "completions";
-  GenerationRequest parsed;
-  if (auto err = ParseGenerationRequest(req.body, endpoint, opt.defaults, &parsed)) {
-    return SendError(res, *err, ep);
-  }
+std::shared_ptr<Gen> HttpServer::Impl::StartGeneration(const httplib::Request& req,
+                                                       httplib::Response& res,
+                                                       GenerationRequest parsed,
+                                                       const char* id_prefix,
+                                                       const ErrorSender& send) {
   auto g = std::make_shared<Gen>(req, std::move(parsed));
-  if (auto err = BuildPrompt(g->request, tok, &g->prompt)) return SendError(res, *err, ep);
+  const Endpoint endpoint = g->request.endpoint;
+  if (auto err = BuildPrompt(g->request, tok, &g->prompt)) return send(*err), nullptr;
   const ModelInfo& info = engine.info();
   const int64_t n = static_cast<int64_t>(g->prompt.size());
   for (int32_t id : g->prompt) {
     if (id >= info.vocab_size) {
-      return SendError(res,
-                       BadRequest("token id " + std::to_string(id) +
-                                      " is outside the model's "
-                                      "vocabulary",
-                                  "prompt"),
-                       ep);
+      return send(BadRequest("token id " + std::to_string(id) +
+                                 " is outside the model's "
+                                 "vocabulary",
+                             "prompt")),
+             nullptr;
     }
   }
   if (n >= info.context_capacity) {
-    return SendError(
-        res,
-        BadRequest("the prompt has " + std::to_string(n) + " tokens; this server's context holds " +
-                       std::to_string(info.context_capacity),
-                   "messages", "context_length_exceeded"),
-        ep);
+    return send(BadRequest("the prompt has " + std::to_string(n) +
+                               " tokens; this server's context holds " +
+                               std::to_string(info.context_capacity),
+                           "messages", "context_length_exceeded")),
+           nullptr;
   }
-  g->meta = ResponseMeta{NewId(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-"),
-                         static_cast<int64_t>(std::time(nullptr)), opt.model_name, endpoint};
+  g->meta = ResponseMeta{NewId(id_prefix), static_cast<int64_t>(std::time(nullptr)), opt.model_name,
+                         endpoint};
   g->out =
       std::make_unique<OutputAssembler>(g->request, tok, static_cast<int32_t>(info.eos_token_id));
   g->job = std::make_shared<Job>();
@@ -199,18 +167,32 @@ void HttpServer::Impl::HandleGeneration(const httplib::Request& req, httplib::Re
   }
   if (!scheduler->Submit(g->job)) {
     res.set_header("Retry-After", std::to_string(opt.retry_after_s));
-    return SendError(res,
-                     ApiError{429,
-                              "the server is busy: " + std::to_string(opt.max_queue) +
-                                  " requests are already waiting; retry later",
-                              "rate_limit_exceeded", "", "queue_full"},
-                     ep);
+    return send(ApiError{429,
+                         "the server is busy: " + std::to_string(opt.max_queue) +
+                             " requests are already waiting; retry later",
+                         "rate_limit_exceeded", "", "queue_full"}),
+           nullptr;
   }
   if (LogEnabled(LogLevel::kDebug)) {
     LogDebug(g->meta.id + " queued: " + std::to_string(n) + " prompt tokens, max_tokens " +
              std::to_string(g->job->max_tokens) + ", " + std::to_string(scheduler->queued()) +
              " waiting");
   }
+  return g;
+}
+
+void HttpServer::Impl::HandleGeneration(const httplib::Request& req, httplib::Response& res,
+                                        Endpoint endpoint) {
+  const std::string ep = endpoint == Endpoint::kChat ? "chat" : "completions";
+  GenerationRequest parsed;
+  if (auto err = ParseGenerationRequest(req.body, endpoint, opt.defaults, &parsed)) {
+    return SendError(res, *err, ep);
+  }
+  auto g = StartGeneration(req, res, std::move(parsed),
+                           endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-",
+                           [&](const ApiError& e) { SendError(res, e, ep); });
+  if (g == nullptr) return;
+
   // Counts the request and hands its detail to the request log line (request_log.h); 499 = the
   // client left, so the job was cancelled.
   auto finish_log = [this, g, ep](int status) {
@@ -297,6 +279,82 @@ void HttpServer::Impl::HandleGeneration(const httplib::Request& req, httplib::Re
           if (ok && g->request.include_usage) ok = event(UsageChunk(g->meta, g->GetUsage()));
         }
         if (ok) ok = write("data: [DONE]\n\n");
+        if (ok) sink.done();
+        finish_log(ok ? (g->end == Job::End::kError ? 500 : 200) : 499);
+        return ok;
+      },
+      [this, g](bool) {
+        if (!g->done) scheduler->Cancel(g->job);
+      });
+}
+
+void HttpServer::Impl::ServeAgentGeneration(std::shared_ptr<Gen> g,
+                                            std::shared_ptr<AgentRenderer> render,
+                                            httplib::Response& res, const std::string& ep,
+                                            const ErrorSender& send) {
+  auto finish_log = [this, g, ep](int status) {
+    metrics.CountRequest(ep, status);
+    AnnotateRequestLog(status, g->LogDetail() + (status == 499 ? " cancelled" : ""));
+  };
+  if (!g->request.stream) {
+    OutputDelta all;
+    while (!g->done) {
+      if (!g->conn.Alive()) {
+        scheduler->Cancel(g->job);
+        return finish_log(499);
+      }
+      g->Poll(kPollStep, &all);
+    }
+    if (g->end == Job::End::kError) {
+      send(EngineError(g->error));
+      return finish_log(500);
+    }
+    if (opt.log_prompts) LogInfo(g->meta.id + " output: " + all.reasoning + all.content);
+    render->Completed(*g, all);
+    res.set_content(JsonText(render->Whole(*g, all)), "application/json");
+    return finish_log(200);
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  const auto ping = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(opt.ping_interval_s));
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, g, render, ping, finish_log](size_t, httplib::DataSink& sink) {
+        auto last_write = Clock::now();
+        auto write = [&](const std::string& s) {
+          if (s.empty()) return true;
+          if (!sink.write(s.data(), s.size())) return false;
+          last_write = Clock::now();
+          return true;
+        };
+        OutputDelta all;
+        bool ok = write(render->Begin(*g));
+        while (ok && !g->done) {
+          if (!g->conn.Alive()) break;
+          OutputDelta d;
+          const auto until_ping = last_write + ping - Clock::now();
+          g->Poll(
+              std::max(Clock::duration::zero(), std::min<Clock::duration>(kPollStep, until_ping)),
+              &d);
+          if (!d.empty()) {
+            if (!write(render->Delta(*g, d))) break;
+            Append(&all, std::move(d));
+          }
+          if (!g->done && Clock::now() - last_write >= ping && !write(render->Ping())) break;
+        }
+        if (!g->done) {  // the client is gone
+          scheduler->Cancel(g->job);
+          finish_log(499);
+          return false;
+        }
+        if (g->end == Job::End::kError) {
+          ok = write(render->StreamError(*g, EngineError(g->error)));
+        } else {
+          const std::string tail = render->End(*g);
+          render->Completed(*g, all);
+          ok = write(tail);
+        }
         if (ok) sink.done();
         finish_log(ok ? (g->end == Job::End::kError ? 500 : 200) : 499);
         return ok;

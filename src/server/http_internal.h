@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -13,9 +14,11 @@
 #include "server/api_error.h"
 #include "server/cors.h"
 #include "server/gated_server.h"
+#include "server/generation.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/prefix_cache.h"
+#include "server/responses_api.h"
 #include "server/scheduler.h"
 
 namespace deltafin::server {
@@ -31,8 +34,27 @@ struct HttpServer::Impl {
 
   void Routes();
   bool Authorized(const httplib::Request& req) const;
+  // Sends the 401 (in the path's API shape) unless the request carries the key.
+  bool RequireAuth(const httplib::Request& req, httplib::Response& res);
   void SendError(httplib::Response& res, const ApiError& error, const std::string& endpoint);
   void HandleGeneration(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  // Sends an error in the calling API's shape (OpenAI's or Anthropic's).
+  using ErrorSender = std::function<void(const ApiError&)>;
+  // Renders the prompt, checks it against the model and queues the job (ids: id_prefix + hex).
+  // On failure sends the error and returns null.
+  std::shared_ptr<Gen> StartGeneration(const httplib::Request& req, httplib::Response& res,
+                                       GenerationRequest parsed, const char* id_prefix,
+                                       const ErrorSender& send);
+  // Waits for or streams a started generation of the Anthropic or Responses API.
+  void ServeAgentGeneration(std::shared_ptr<Gen> g, std::shared_ptr<AgentRenderer> render,
+                            httplib::Response& res, const std::string& ep, const ErrorSender& send);
+  // POST /v1/messages, /v1/messages/count_tokens (agent_handlers.cc).
+  void HandleMessages(const httplib::Request& req, httplib::Response& res, bool count_only);
+  // POST /v1/responses (agent_handlers.cc).
+  void HandleResponses(const httplib::Request& req, httplib::Response& res);
+  // Anthropic-shaped errors for /v1/messages.
+  void SendAnthropicError(httplib::Response& res, const ApiError& error,
+                          const std::string& endpoint);
   // Answers a CORS preflight (true: handled); see server/cors.h.
   bool HandlePreflight(const httplib::Request& req, httplib::Response& res);
   static GateOptions GateOptionsFor(const ServerOptions& opt);
@@ -49,6 +71,7 @@ struct HttpServer::Impl {
   std::unique_ptr<Scheduler> scheduler;
   GatedServer svr{GateOptionsFor(opt)};
   std::atomic<int> port{0};
+  ResponseStore responses;  // previous_response_id state of /v1/responses
 };
 
 }  // namespace deltafin::server

@@ -8,6 +8,7 @@
 #include <ctime>
 
 #include "base/log.h"
+#include "server/anthropic_api.h"
 #include "server/http_internal.h"
 #include "server/request_log.h"
 #include "server/web_page.h"
@@ -34,14 +35,36 @@ int HttpServer::port() const { return impl_->port.load(); }
 
 bool HttpServer::Impl::Authorized(const httplib::Request& req) const {
   if (opt.api_key.empty()) return true;
+  // Authorization: Bearer KEY, or Anthropic's x-api-key: KEY.
   const std::string want = "Bearer " + opt.api_key;
-  const std::string got = req.get_header_value("Authorization");
+  const std::string got = req.has_header("x-api-key")
+                              ? "Bearer " + req.get_header_value("x-api-key")
+                              : req.get_header_value("Authorization");
   // Compare without an early exit, so the time taken does not reveal a matching prefix.
   unsigned diff = got.size() != want.size();
   for (size_t i = 0; i < want.size(); ++i) {
     diff |= static_cast<unsigned>(i < got.size() ? got[i] ^ want[i] : 1);
   }
   return diff == 0;
+}
+
+// Anthropic's clients get errors in Anthropic's shape (auth, 404, 413 on /v1/messages...).
+static bool IsAnthropicPath(const std::string& path) {
+  return path.find("/v1/messages") != std::string::npos;
+}
+
+bool HttpServer::Impl::RequireAuth(const httplib::Request& req, httplib::Response& res) {
+  if (Authorized(req)) return true;
+  const ApiError e{401,
+                   "invalid or missing API key (send Authorization: Bearer <key> or "
+                   "x-api-key: <key>)",
+                   "invalid_request_error", "", "invalid_api_key"};
+  if (IsAnthropicPath(req.path)) {
+    SendAnthropicError(res, e, "auth");
+  } else {
+    SendError(res, e, "auth");
+  }
+  return false;
 }
 
 GateOptions HttpServer::Impl::GateOptionsFor(const ServerOptions& opt) {
@@ -79,7 +102,8 @@ bool HttpServer::Impl::HandlePreflight(const httplib::Request& req, httplib::Res
   }
   res.status = 204;
   res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-  res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+  res.set_header("Access-Control-Allow-Headers",
+                 "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta");
   res.set_header("Access-Control-Max-Age", "600");
   metrics.CountRequest("preflight", 204);
   return true;
@@ -100,14 +124,14 @@ void HttpServer::Impl::Routes() {
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     BeginRequestLog(req);
     if (HandlePreflight(req, res)) return httplib::Server::HandlerResponse::Handled;
+    // POST routes check the key themselves (RequireAuth), once their body has been read: a 401
+    // sent here would leave the body unread on a kept-alive connection, to be parsed as the next
+    // request (Node's fetch reuses connections across clients).
     if (req.path.find("health") != std::string::npos || (opt.web_ui && req.path == "/") ||
-        Authorized(req)) {
+        req.method == "POST" || Authorized(req)) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
-    SendError(res,
-              ApiError{401, "invalid or missing API key (send Authorization: Bearer <key>)",
-                       "invalid_request_error", "", "invalid_api_key"},
-              "auth");
+    RequireAuth(req, res);
     return httplib::Server::HandlerResponse::Handled;
   });
   svr.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -159,10 +183,20 @@ void HttpServer::Impl::Routes() {
           });
   svr.Post(R"(/+v1/+chat/+completions/*)",
            [this](const httplib::Request& req, httplib::Response& res) {
-             HandleGeneration(req, res, Endpoint::kChat);
+             if (RequireAuth(req, res)) HandleGeneration(req, res, Endpoint::kChat);
            });
   svr.Post(R"(/+v1/+completions/*)", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleGeneration(req, res, Endpoint::kCompletion);
+    if (RequireAuth(req, res)) HandleGeneration(req, res, Endpoint::kCompletion);
+  });
+  svr.Post(R"(/+v1/+messages/*)", [this](const httplib::Request& req, httplib::Response& res) {
+    if (RequireAuth(req, res)) HandleMessages(req, res, /*count_only=*/false);
+  });
+  svr.Post(R"(/+v1/+messages/+count_tokens/*)",
+           [this](const httplib::Request& req, httplib::Response& res) {
+             if (RequireAuth(req, res)) HandleMessages(req, res, /*count_only=*/true);
+           });
+  svr.Post(R"(/+v1/+responses/*)", [this](const httplib::Request& req, httplib::Response& res) {
+    if (RequireAuth(req, res)) HandleResponses(req, res);
   });
   // httplib's own errors (404, 413 body too large, 400 bad request line) get an OpenAI body.
   svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -179,7 +213,8 @@ void HttpServer::Impl::Routes() {
       e.message = "HTTP error " + std::to_string(res.status);
       if (res.status >= 500) e.type = "server_error";
     }
-    res.set_content(JsonText(e.Body()), "application/json");
+    res.set_content(JsonText(IsAnthropicPath(req.path) ? AnthropicErrorBody(e) : e.Body()),
+                    "application/json");
     metrics.CountRequest("other", res.status);
   });
   svr.set_exception_handler(

@@ -9,7 +9,26 @@ OutputAssembler::OutputAssembler(const GenerationRequest& request,
       chat_(request.endpoint == Endpoint::kChat),
       eos_id_(eos_id),
       parser_(tokenizer, request.chat.thinking),
-      stop_(request.stop) {}
+      stop_(request.stop),
+      drop_calls_(request.tool_choice == ToolChoice::kNone),
+      forced_call_(request.tool_choice == ToolChoice::kRequired ||
+                   request.tool_choice == ToolChoice::kNamed) {
+  // The prompt ends with the forced opening of a tool call (request.h): the parser reads it as if
+  // generated, so it knows it is inside K3's tool section (and which call, for a named one).
+  if (!chat_) return;
+  auto forced = tokenizer::EncodeChat(tokenizer, ForcedToolSegments(request));
+  if (!forced.ok()) return;  // BuildPrompt encoded the same segments, so this cannot fail
+  tokenizer::ChatDelta ignored;
+  for (int32_t id : *forced) (void)parser_.Feed(id, &ignored);
+}
+
+void OutputAssembler::Calls(std::vector<tokenizer::ToolCall>* calls, OutputDelta* delta) {
+  if (ended_ || drop_calls_) return;
+  for (auto& call : *calls) {
+    call.index = static_cast<int>(tool_calls_++);
+    delta->tool_calls.push_back(std::move(call));
+  }
+}
 
 void OutputAssembler::Content(const std::string& text, OutputDelta* delta) {
   if (text.empty()) return;
@@ -30,15 +49,11 @@ bool OutputAssembler::Feed(int32_t id, OutputDelta* delta) {
     if (!d.reasoning.empty()) reasoning_tokens_ = completion_tokens_;
     delta->reasoning = std::move(d.reasoning);
     Content(d.content, delta);
-    if (!ended_) {
-      for (auto& call : d.tool_calls) {
-        call.index = static_cast<int>(tool_calls_++);
-        delta->tool_calls.push_back(std::move(call));
-      }
-    }
+    Calls(&d.tool_calls, delta);
     if (!ended_ && (d.done || id == eos_id_)) {
       tokenizer::ChatDelta rest;
       parser_.Finish(&rest);
+      if (forced_call_ && parser_.FlushOpenCall(&rest)) Calls(&rest.tool_calls, delta);
       delta->reasoning += rest.reasoning;
       Content(rest.content, delta);
       delta->content += stop_.Flush();
@@ -67,6 +82,7 @@ void OutputAssembler::Finish(OutputDelta* delta) {
     parser_.Finish(&rest);
     delta->reasoning = std::move(rest.reasoning);
     Content(rest.content, delta);
+    if (forced_call_ && parser_.FlushOpenCall(&rest)) Calls(&rest.tool_calls, delta);
   } else {
     Content(decoder_.Flush(), delta);
   }

@@ -34,6 +34,8 @@ class OutputAssembler {
   void Finish(OutputDelta* delta);
   // "tool_calls" (ended with calls), "stop" (EOS or stop sequence) or "length".
   std::string FinishReason() const;
+  // The stop sequence that ended generation ("" when none did).
+  const std::string& matched_stop() const { return stop_.matched(); }
 
   int64_t completion_tokens() const { return completion_tokens_; }
   int64_t reasoning_tokens() const { return reasoning_tokens_; }
@@ -41,6 +43,7 @@ class OutputAssembler {
 
  private:
   void Content(const std::string& text, OutputDelta* delta);
+  void Calls(std::vector<tokenizer::ToolCall>* calls, OutputDelta* delta);
 
   const tokenizer::Tokenizer& tok_;
   const bool chat_;
@@ -48,6 +51,8 @@ class OutputAssembler {
   tokenizer::ChatOutputParser parser_;
   tokenizer::Utf8StreamDecoder decoder_;
   StopMatcher stop_;
+  // tool_choice none drops calls; a forced call (required, named) is reported even if cut off.
+  const bool drop_calls_, forced_call_;
   bool ended_ = false, natural_end_ = false;
   int64_t completion_tokens_ = 0, reasoning_tokens_ = 0, tool_calls_ = 0;
 };

@@ -6,17 +6,7 @@
 
 namespace deltafin::server {
 
-namespace {
-
-using ojson = nlohmann::ordered_json;
-
-// Deepest nesting of arrays and objects the server accepts in a body or in tool-call arguments.
-// nlohmann parses any depth without recursion, but copying, comparing and serialising a value
-// recurse once per level, so a body nested 100,000 deep would overflow a thread's stack in the
-// chat template. Real requests (tool schemas included) stay far below this.
-constexpr int kMaxJsonDepth = 128;
-
-// The deepest [ / { nesting in JSON text, outside strings (invalid JSON is the parser's business).
+// Why the limit: request.h (kMaxJsonDepth).
 int NestingDepth(std::string_view text) {
   int depth = 0, deepest = 0;
   bool in_string = false, escaped = false;
@@ -39,6 +29,10 @@ int NestingDepth(std::string_view text) {
   }
   return deepest;
 }
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
 
 std::optional<ApiError> TooDeep(const std::string& what, const std::string& param) {
   return BadRequest(
@@ -145,11 +139,6 @@ std::optional<ApiError> CheckUnsupported(const ojson& obj, Endpoint endpoint) {
       if (x != "text") return Unsupported("modalities", "only text output");
     }
   }
-  if (const ojson* tc = Get(obj, "tool_choice"); tc != nullptr) {
-    if (!(tc->is_string() && tc->get<std::string>() == "auto")) {
-      return Unsupported("tool_choice", "only \"auto\" (K3 decides whether to call a tool)");
-    }
-  }
   return std::nullopt;
 }
 
@@ -236,6 +225,39 @@ std::optional<ApiError> ParseThinking(const ojson& obj, tokenizer::ChatOptions* 
   return std::nullopt;
 }
 
+// tool_choice: "auto" | "none" | "required" | {"type": "function", "function": {"name": ...}}.
+std::optional<ApiError> ParseToolChoice(const ojson& obj, GenerationRequest* out) {
+  const ojson* tc = Get(obj, "tool_choice");
+  if (tc == nullptr) return std::nullopt;
+  if (tc->is_string()) {
+    const std::string v = tc->get<std::string>();
+    if (v == "auto") {
+      out->tool_choice = ToolChoice::kAuto;
+    } else if (v == "none") {
+      out->tool_choice = ToolChoice::kNone;
+    } else if (v == "required") {
+      out->tool_choice = ToolChoice::kRequired;
+    } else {
+      return BadRequest("'tool_choice' must be auto, none, required or a named function",
+                        "tool_choice");
+    }
+  } else if (tc->is_object()) {
+    const ojson* type = Get(*tc, "type");
+    const ojson* fn = Get(*tc, "function");
+    const ojson* name = fn != nullptr && fn->is_object() ? Get(*fn, "name") : nullptr;
+    if (type == nullptr || *type != "function" || name == nullptr || !name->is_string()) {
+      return BadRequest(
+          "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+          "tool_choice.function.name");
+    }
+    out->tool_choice = ToolChoice::kNamed;
+    out->tool_choice_name = name->get<std::string>();
+  } else {
+    return WrongType("tool_choice", "a string or an object");
+  }
+  return CheckToolChoice(*out, "tool_choice");
+}
+
 std::optional<ApiError> ParseMessages(const ojson& obj, GenerationRequest* out) {
   const ojson* m = Get(obj, "messages");
   if (m == nullptr) return BadRequest("'messages' is required", "messages", "missing_required");
@@ -271,7 +293,7 @@ std::optional<ApiError> ParseMessages(const ojson& obj, GenerationRequest* out) 
     }
     if (!t->empty()) out->tools = *t;
   }
-  return std::nullopt;
+  return ParseToolChoice(obj, out);
 }
 
 std::optional<ApiError> ParsePrompt(const ojson& obj, GenerationRequest* out) {
@@ -375,13 +397,81 @@ std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint e
   return ParsePrompt(obj, out);
 }
 
+std::optional<ApiError> CheckToolChoice(const GenerationRequest& request,
+                                        const std::string& param) {
+  if (request.tool_choice == ToolChoice::kAuto || request.tool_choice == ToolChoice::kNone) {
+    return std::nullopt;
+  }
+  if (request.tools.is_null() || request.tools.empty()) {
+    return BadRequest("'" + param + "' requires a tool call but the request declares no tools",
+                      param);
+  }
+  if (request.tool_choice == ToolChoice::kRequired) return std::nullopt;
+  for (const auto& tool : request.tools) {
+    const ojson* fn = Get(tool, "function");
+    if (fn != nullptr && fn->is_object() && Get(*fn, "name") != nullptr &&
+        (*fn)["name"] == request.tool_choice_name) {
+      return std::nullopt;
+    }
+  }
+  return BadRequest("'" + param + "' names '" + request.tool_choice_name +
+                        "', which is not one of the declared tools",
+                    param);
+}
+
+std::vector<tokenizer::ChatSegment> ForcedToolSegments(const GenerationRequest& request) {
+  std::vector<tokenizer::ChatSegment> segs;
+  if (request.endpoint != Endpoint::kChat ||
+      (request.tool_choice != ToolChoice::kRequired && request.tool_choice != ToolChoice::kNamed)) {
+    return segs;
+  }
+  auto special = [&](const char* s) { segs.push_back({s, true}); };
+  auto text = [&](std::string s) { segs.push_back({std::move(s), false}); };
+  auto close = [&](const char* tag) {
+    special("<|close|>");
+    text(tag);
+    special("<|sep|>");
+  };
+  // The generation prompt left the model inside <think> (thinking) or <response>.
+  if (request.chat.thinking) {
+    close("think");
+    special("<|open|>");
+    text("response");
+    special("<|sep|>");
+  }
+  close("response");
+  special("<|open|>");
+  text("tools");
+  special("<|sep|>");
+  if (request.tool_choice == ToolChoice::kNamed) {
+    // The same pieces as the template's attribute rendering (tokenizer/chat_template.cc).
+    std::string name;
+    for (char c : request.tool_choice_name) {
+      name += c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
+    }
+    special("<|open|>");
+    for (std::string piece :
+         {std::string("call"), std::string(" tool"), std::string("=\""), name, std::string("\""),
+          std::string(" index"), std::string("=\""), std::string("0"), std::string("\"")}) {
+      if (!piece.empty()) text(std::move(piece));
+    }
+    special("<|sep|>");
+  }
+  return segs;
+}
+
 std::optional<ApiError> BuildPrompt(const GenerationRequest& request,
                                     const tokenizer::Tokenizer& tokenizer,
                                     std::vector<int32_t>* ids) {
   ids->clear();
   if (request.endpoint == Endpoint::kChat) {
-    auto segs = tokenizer::RenderChat(request.messages, request.tools, request.chat);
+    // tool_choice none: the tools are not declared, so K3 has nothing to call.
+    const ojson no_tools;
+    auto segs = tokenizer::RenderChat(
+        request.messages, request.tool_choice == ToolChoice::kNone ? no_tools : request.tools,
+        request.chat);
     if (!segs.ok()) return BadRequest(segs.status().message(), "messages");
+    for (auto& seg : ForcedToolSegments(request)) segs->push_back(std::move(seg));
     auto encoded = tokenizer::EncodeChat(tokenizer, *segs);
     if (!encoded.ok()) return BadRequest(encoded.status().message(), "messages");
     *ids = std::move(*encoded);

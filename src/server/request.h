@@ -28,6 +28,11 @@ using SamplingParams = deltafin::SamplingParams;
 
 enum class Endpoint { kChat, kCompletion };
 
+// Whether K3 may, must or must not call a tool (chat tool_choice, Anthropic tool_choice, Responses
+// tool_choice all map here). kRequired and kNamed are forced through the prompt: see
+// ForcedToolSegments.
+enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
+
 // Server-wide defaults a request can override.
 struct RequestDefaults {
   int64_t completion_max_tokens = 256;  // /v1/completions without max_tokens
@@ -50,6 +55,8 @@ struct GenerationRequest {
   nlohmann::ordered_json messages;  // roles already normalised (developer -> system)
   nlohmann::ordered_json tools;     // null when there are none
   tokenizer::ChatOptions chat;
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_name;  // kNamed: the function that must be called
   // Completions: the prompt as text, or as token ids.
   std::string prompt_text;
   std::vector<int64_t> prompt_ids;
@@ -65,10 +72,29 @@ struct GenerationRequest {
 std::optional<ApiError> CompileOutputSchema(const nlohmann::ordered_json& schema,
                                             const std::string& param, GenerationRequest* out);
 
+// Deepest nesting of arrays and objects the server accepts in a body or in tool-call arguments.
+// nlohmann parses any depth without recursion, but copying, comparing and serialising a value
+// recurse once per level, so a body nested 100,000 deep would overflow a thread's stack in the
+// chat template. Real requests (tool schemas included) stay far below this.
+constexpr int kMaxJsonDepth = 128;
+// The deepest [ / { nesting in JSON text, outside strings (invalid JSON is the parser's business).
+int NestingDepth(std::string_view text);
+
 // Parses `body` for `endpoint`. On error returns the 400 to send and leaves *out unspecified.
 std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint endpoint,
                                                const RequestDefaults& defaults,
                                                GenerationRequest* out);
+
+// Checks a tool choice against `tools` (OpenAI shape, null = none): kRequired and kNamed need
+// tools, and kNamed a tool of that name. `param` names the field in the error.
+std::optional<ApiError> CheckToolChoice(const GenerationRequest& request, const std::string& param);
+
+// What the prompt appends after the generation prompt to force a tool call: the assistant's
+// reasoning and response channels are closed empty and K3's tool section is opened
+// (<|open|>tools<|sep|>); for kNamed the call header <|open|>call tool="NAME" index="0"<|sep|>
+// follows, so the model generates only that call's arguments. Empty for kAuto and kNone. The
+// output assembler feeds the same segments to its parser first, as if the model had written them.
+std::vector<tokenizer::ChatSegment> ForcedToolSegments(const GenerationRequest& request);
 
 // The prompt's token ids: the rendered chat template, or the completion prompt encoded as plain
 // text (special spellings stay ordinary text) or checked against the vocabulary.

@@ -19,10 +19,12 @@ class StopMatcher {
   // End of generation without a stop: returns the held-back text.
   std::string Flush();
   bool stopped() const { return stopped_; }
+  const std::string& matched() const { return matched_; }  // the sequence that stopped, or ""
 
  private:
   std::vector<std::string> stops_;
   std::string held_;
+  std::string matched_;
   bool stopped_ = false;
 };
 

@@ -70,6 +70,10 @@ class ChatOutputParser {
   ChatOutputParser(const Tokenizer& tokenizer, bool thinking);
   Status Feed(int32_t id, ChatDelta* delta);
   void Finish(ChatDelta* delta);  // flushes held-back bytes
+  // Generation ended inside a <call> (a token budget cut it off): reports that call with the
+  // arguments completed so far (a cut-off argument is dropped). The server uses it when the
+  // prompt forced the call's opening, so that a forced call is never lost. False: no open call.
+  bool FlushOpenCall(ChatDelta* delta);
 
  private:
   enum class Channel { kNone, kReasoning, kContent, kArgument, kJson };
@@ -88,6 +92,8 @@ class ChatOutputParser {
   std::vector<std::pair<std::string, std::string>> args_;  // (key, JSON value)
   std::string arg_key_, arg_type_, arg_text_, json_text_;
   bool call_has_json_ = false;
+  bool in_call_ = false;
+  void EndCall(ChatDelta* delta);
 };
 
 struct ChatOutput {

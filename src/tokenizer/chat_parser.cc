@@ -99,19 +99,9 @@ void ChatOutputParser::OnTag(bool open, const std::string& header, ChatDelta* de
       args_.clear();
       call_has_json_ = false;
       json_text_.clear();
+      in_call_ = true;
     } else {
-      if (call_has_json_) {
-        call_.arguments = json_text_;
-      } else {
-        nlohmann::ordered_json obj = nlohmann::ordered_json::object();
-        for (auto& [k, v] : args_) {
-          auto parsed = nlohmann::ordered_json::parse(v, nullptr, false);
-          obj[k] = parsed.is_discarded() ? nlohmann::ordered_json(v) : parsed;
-        }
-        call_.arguments =
-            obj.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-      }
-      delta->tool_calls.push_back(call_);
+      EndCall(delta);
     }
   } else if (name == "argument") {
     if (open) {
@@ -170,6 +160,29 @@ Status ChatOutputParser::Feed(int32_t id, ChatDelta* delta) {
 }
 
 void ChatOutputParser::Finish(ChatDelta* delta) { EmitText(decoder_.Flush(), delta); }
+
+void ChatOutputParser::EndCall(ChatDelta* delta) {
+  in_call_ = false;
+  if (call_has_json_) {
+    call_.arguments = json_text_;
+  } else {
+    nlohmann::ordered_json obj = nlohmann::ordered_json::object();
+    for (auto& [k, v] : args_) {
+      auto parsed = nlohmann::ordered_json::parse(v, nullptr, false);
+      obj[k] = parsed.is_discarded() ? nlohmann::ordered_json(v) : parsed;
+    }
+    call_.arguments = obj.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  }
+  delta->tool_calls.push_back(call_);
+}
+
+bool ChatOutputParser::FlushOpenCall(ChatDelta* delta) {
+  if (!in_call_) return false;
+  decoder_.Flush();
+  channel_ = Channel::kNone;
+  EndCall(delta);
+  return true;
+}
 
 Result<ChatOutput> ParseChatOutput(const Tokenizer& tokenizer, const std::vector<int32_t>& ids,
                                    bool thinking) {

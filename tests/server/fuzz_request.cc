@@ -1,18 +1,22 @@
 // libFuzzer target: arbitrary bytes as the body of each endpoint that takes one
-// (/v1/chat/completions or /v1/completions; the first byte picks it), taken through everything the
+// (/v1/chat/completions, /v1/completions, /v1/messages or /v1/responses; the first byte mod 4
+// picks it), taken through everything the
 // server does with a body short of the engine: parsing, validation, chat-template rendering and
 // encoding with the golden tiny tokenizer, then the answer's side — the prompt's own ids (rich in
 // the chat template's special tokens) followed by ids taken from the input's last bytes are fed
 // to the OutputAssembler as if generated, and rendered as the whole response, the stream's chunks
-// and the usage chunk. Must never crash, leak, hit UB or throw; errors are fine.
+// and the usage chunk (or the Anthropic message and events, the Responses object and events, and
+// the response store). Must never crash, leak, hit UB or throw; errors are fine.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string_view>
 
+#include "server/anthropic_api.h"
 #include "server/output.h"
 #include "server/request.h"
 #include "server/response_json.h"
+#include "server/responses_api.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -33,10 +37,15 @@ void Render(const nlohmann::ordered_json& j) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   using namespace deltafin::server;
-  const Endpoint ep = data[0] & 1 ? Endpoint::kCompletion : Endpoint::kChat;
+  const int api = data[0] % 4;  // 0 chat, 1 completions, 2 messages, 3 responses
+  const Endpoint ep = api == 1 ? Endpoint::kCompletion : Endpoint::kChat;
   std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   GenerationRequest req;
-  if (ParseGenerationRequest(body, ep, {}, &req)) return 0;
+  static ResponseStore store(4, 1 << 16);
+  ResponsesContext ctx;
+  if (api < 2 && ParseGenerationRequest(body, ep, {}, &req)) return 0;
+  if (api == 2 && ParseAnthropicRequest(body, {}, data[0] & 4, &req)) return 0;
+  if (api == 3 && ParseResponsesRequest(body, {}, &store, &req, &ctx)) return 0;
   std::vector<int32_t> ids;
   if (BuildPrompt(req, Tok(), &ids)) return 0;
 
@@ -52,9 +61,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   OutputDelta all, delta;
   if (eos < 0) __builtin_trap();
   bool first = true;
+  AnthropicEvents anthropic(ResponseMeta{"msg_fuzz", 0, "m", ep});
+  ResponsesEvents responses(ResponseMeta{"resp_fuzz", 0, "m", ep}, &ctx, &req);
+  const Usage none;
+  (void)anthropic.Start(none);
+  (void)responses.Start();
   for (int32_t id : generated) {
     const bool stop = out.Feed(id, &delta);
     Render(Chunk(meta, delta, first, "", req.include_usage));
+    (void)anthropic.Delta(delta);
+    (void)responses.Delta(delta);
     first = false;
     all.reasoning += delta.reasoning;
     all.content += delta.content;
@@ -68,5 +84,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     out.reasoning_tokens()};
   Render(UsageChunk(meta, usage));
   Render(FullResponse(meta, all, out.FinishReason(), usage));
+  const std::string stop_reason = AnthropicStopReason(out.FinishReason(), out.matched_stop());
+  Render(AnthropicMessage(meta, all, stop_reason, out.matched_stop(), usage));
+  (void)anthropic.Finish(stop_reason, out.matched_stop(), usage);
+  (void)responses.Delta(delta);
+  (void)responses.Finish("completed", usage);
+  const auto items = ResponseOutputItems(meta, ctx, all);
+  Render(ResponseObject(meta, ctx, req, "completed", items, &usage));
+  if (api == 3 && ctx.store) {
+    auto conversation = ctx.items;
+    for (const auto& item : responses.output()) conversation.push_back(item);
+    store.Put("resp_" + std::to_string(size % 8), std::move(conversation));
+  }
   return 0;
 }

@@ -1,7 +1,8 @@
 // Unit tests of the server's pure parts: request parsing and validation, the sampler, stop
 // sequences held back while streaming, the token-stream -> reasoning/content/tool-call assembler
 // (on synthetic K3 output built with the golden tiny tokenizer), the response JSON shapes and
-// timings, the CORS policy, and log levels.
+// timings, the CORS policy, and log levels; tool_choice forcing, and the Anthropic Messages and
+// OpenAI Responses parsers, event sequences and response store.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -12,12 +13,14 @@
 #include "base/log.h"
 #include "deltafin/engine.h"
 #include "deltafin/sampler.h"
+#include "server/anthropic_api.h"
 #include "server/cors.h"
 #include "server/metrics.h"
 #include "server/output.h"
 #include "server/prefix_cache.h"
 #include "server/request.h"
 #include "server/response_json.h"
+#include "server/responses_api.h"
 #include "server/stop_matcher.h"
 #include "tokenizer/tokenizer.h"
 #include "unit/test_files.h"
@@ -73,6 +76,10 @@ TEST(RequestTest, RejectsWhatItCannotHonourNamingTheField) {
       {R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema",
         "json_schema":{"schema":{"type":"string","pattern":"a+"}}}})",
        "response_format.json_schema.schema"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"sometimes"})", "tool_choice"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function",
+        "function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}})",
+       "tool_choice"},
       {R"({"messages":[{"role":"user","content":"x"}],"reasoning_effort":"huge"})",
        "reasoning_effort"},
       {R"({"messages":[]})", "messages"},
@@ -427,6 +434,369 @@ TEST(MetricsTest, RendersTheOpFamilyBreakdownOnePerFamily) {
     ++families;
   }
   EXPECT_EQ(families, kOpFamilyCount);
+}
+
+const char kTools[] = R"("tools":[{"type":"function","function":{"name":"get_weather",
+  "parameters":{"type":"object"}}}])";
+
+TEST(ToolChoiceTest, ChatParsesNoneRequiredAndNamed) {
+  const std::string msgs = R"({"messages":[{"role":"user","content":"x"}],)";
+  GenerationRequest r;
+  ASSERT_FALSE(Parse(msgs + kTools + R"(,"tool_choice":"none"})", &r));
+  EXPECT_EQ(r.tool_choice, ToolChoice::kNone);
+  ASSERT_FALSE(Parse(msgs + kTools + R"(,"tool_choice":"required"})", &r));
+  EXPECT_EQ(r.tool_choice, ToolChoice::kRequired);
+  ASSERT_FALSE(Parse(
+      msgs + kTools + R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}}})",
+      &r));
+  EXPECT_EQ(r.tool_choice, ToolChoice::kNamed);
+  EXPECT_EQ(r.tool_choice_name, "get_weather");
+}
+
+TEST_F(AssemblerTest, ForcedToolCallsOpenTheCallInThePrompt) {
+  GenerationRequest req;
+  ASSERT_FALSE(Parse(R"({"messages":[{"role":"user","content":"x"}],)" + std::string(kTools) +
+                         R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}}})",
+                     &req));
+  std::vector<int32_t> prompt, plain;
+  ASSERT_FALSE(BuildPrompt(req, *tok_, &prompt));
+  GenerationRequest auto_req = req;
+  auto_req.tool_choice = ToolChoice::kAuto;
+  ASSERT_FALSE(BuildPrompt(auto_req, *tok_, &plain));
+  // The forced prompt is the plain one plus the closed think/response channels and the header.
+  ASSERT_GT(prompt.size(), plain.size());
+  EXPECT_TRUE(std::equal(plain.begin(), plain.end(), prompt.begin()));
+  const std::vector<int32_t> suffix(prompt.begin() + static_cast<ptrdiff_t>(plain.size()),
+                                    prompt.end());
+  EXPECT_EQ(suffix,
+            Ids("<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|>"
+                "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"0\"<|sep|>"));
+  // The model writes only the arguments; the call carries the forced name.
+  OutputAssembler a(req, *tok_, eos_);
+  bool ended = false;
+  OutputDelta all = Run(a,
+                        Ids("<|open|>argument key=\"city\" type=\"string\"<|sep|>Paris"
+                            "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"
+                            "<|close|>message<|sep|><|end_of_msg|>"),
+                        &ended);
+  EXPECT_TRUE(ended);
+  ASSERT_EQ(all.tool_calls.size(), 1u);
+  EXPECT_EQ(all.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(all.tool_calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(all.reasoning, "");
+  EXPECT_EQ(a.FinishReason(), "tool_calls");
+  // Cut off by the token budget inside the call (Finish): still reported, with the arguments
+  // completed before the cut.
+  OutputAssembler cut(req, *tok_, eos_);
+  OutputDelta d, rest;
+  for (int32_t id : Ids("<|open|>argument key=\"city\" type=\"string\"<|sep|>Paris"
+                        "<|close|>argument<|sep|><|open|>argument key=\"days\" type=\"n")) {
+    EXPECT_FALSE(cut.Feed(id, &d));
+    EXPECT_TRUE(d.tool_calls.empty());
+  }
+  cut.Finish(&rest);
+  ASSERT_EQ(rest.tool_calls.size(), 1u);
+  EXPECT_EQ(rest.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(rest.tool_calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(cut.FinishReason(), "length");
+}
+
+TEST_F(AssemblerTest, ToolChoiceNoneDeclaresNoToolsAndDropsCalls) {
+  GenerationRequest req;
+  ASSERT_FALSE(Parse(R"({"messages":[{"role":"user","content":"x"}],)" + std::string(kTools) +
+                         R"(,"tool_choice":"none","thinking":false})",
+                     &req));
+  std::vector<int32_t> none, with_tools;
+  ASSERT_FALSE(BuildPrompt(req, *tok_, &none));
+  req.tool_choice = ToolChoice::kAuto;
+  ASSERT_FALSE(BuildPrompt(req, *tok_, &with_tools));
+  EXPECT_LT(none.size(), with_tools.size());  // no tool-declare system message
+  req.tool_choice = ToolChoice::kNone;
+  OutputAssembler a(req, *tok_, eos_);
+  bool ended = false;
+  OutputDelta all = Run(a,
+                        Ids("ok<|close|>response<|sep|><|open|>tools<|sep|><|open|>call "
+                            "tool=\"f\" index=\"0\"<|sep|><|close|>call<|sep|><|end_of_msg|>"),
+                        &ended);
+  EXPECT_TRUE(all.tool_calls.empty());
+  EXPECT_EQ(all.content, "ok");
+  EXPECT_EQ(a.FinishReason(), "stop");
+}
+
+std::optional<ApiError> ParseAnthropic(const std::string& body, GenerationRequest* r,
+                                       bool count = false) {
+  return ParseAnthropicRequest(body, RequestDefaults{}, count, r);
+}
+
+TEST(AnthropicTest, ConvertsTurnsToolsAndThinking) {
+  GenerationRequest r;
+  auto err = ParseAnthropic(R"({"model":"claude","max_tokens":100,
+    "system":[{"type":"text","text":"be "},{"type":"text","text":"brief"}],
+    "messages":[{"role":"user","content":"weather?"},
+      {"role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"s"},
+        {"type":"text","text":"checking"},
+        {"type":"tool_use","id":"toolu_1","name":"get_weather","input":{"city":"Paris"}}]},
+      {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"sunny"},
+        {"type":"text","text":"thanks"}]}],
+    "tools":[{"name":"get_weather","description":"d","input_schema":{"type":"object"}}],
+    "tool_choice":{"type":"any"},"stop_sequences":["END"],"temperature":0.5,"top_k":5,
+    "thinking":{"type":"enabled","budget_tokens":10000},"metadata":{"user_id":"u"}})",
+                            &r);
+  ASSERT_FALSE(err) << err->message;
+  EXPECT_EQ(r.max_tokens, 100);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"END"});
+  EXPECT_EQ(r.sampling.top_k, 5);
+  EXPECT_TRUE(r.chat.thinking);
+  EXPECT_EQ(r.chat.reasoning_effort, "high");
+  EXPECT_EQ(r.tool_choice, ToolChoice::kRequired);
+  EXPECT_EQ(r.tools[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(r.tools[0]["function"]["parameters"]["type"], "object");
+  ASSERT_EQ(r.messages.size(), 5u);
+  EXPECT_EQ(r.messages[0]["role"], "system");
+  EXPECT_EQ(r.messages[0]["content"], "be brief");
+  EXPECT_EQ(r.messages[2]["reasoning_content"], "hm");
+  EXPECT_EQ(r.messages[2]["tool_calls"][0]["function"]["arguments"]["city"], "Paris");
+  EXPECT_EQ(r.messages[3]["role"], "tool");
+  EXPECT_EQ(r.messages[3]["tool_call_id"], "toolu_1");
+  EXPECT_EQ(r.messages[4]["content"], "thanks");
+  auto tok = tokenizer::Tokenizer::LoadModelDir(kModel);
+  ASSERT_TRUE(tok.ok());
+  std::vector<int32_t> ids;
+  ASSERT_FALSE(BuildPrompt(r, **tok, &ids));
+  EXPECT_GT(ids.size(), 20u);
+  // No thinking field: thinking off (Anthropic's default); disabled: off.
+  ASSERT_FALSE(
+      ParseAnthropic(R"({"max_tokens":1,"messages":[{"role":"user","content":"x"}]})", &r));
+  EXPECT_FALSE(r.chat.thinking);
+  EXPECT_EQ(EffortForBudget(1024), "low");
+  EXPECT_EQ(EffortForBudget(4096), "medium");
+  EXPECT_EQ(EffortForBudget(32000), "max");
+  // count_tokens needs no max_tokens.
+  EXPECT_FALSE(ParseAnthropic(R"({"messages":[{"role":"user","content":"x"}]})", &r, true));
+}
+
+TEST(AnthropicTest, RejectsBadBodiesNamingTheField) {
+  const std::string user = R"("messages":[{"role":"user","content":)";
+  const std::pair<std::string, const char*> cases[] = {
+      {R"({"messages":[{"role":"user","content":"x"}]})", "max_tokens"},
+      {R"({"max_tokens":0,"messages":[{"role":"user","content":"x"}]})", "max_tokens"},
+      {R"({"max_tokens":5,)" + user + R"([{"type":"video","url":"x"}]}]})",
+       "messages[0].content[0].type"},
+      {R"({"max_tokens":5,)" + user + R"([{"type":"image","source":{}}]}]})",
+       "messages[0].content[0].type"},
+      {R"({"max_tokens":5,)" + user +
+           R"([{"type":"tool_result","tool_use_id":"nope","content":"r"}]}]})",
+       "messages[0].content[0].tool_use_id"},
+      {R"({"max_tokens":5,"messages":[{"role":"robot","content":"x"}]})", "messages[0].role"},
+      {R"({"max_tokens":5,"messages":[{"role":"user","content":"x"}],"tools":[{"type":
+        "web_search_20250305","name":"web_search"}]})",
+       "tools[0].type"},
+      {R"({"max_tokens":5,"messages":[{"role":"user","content":"x"}],"tool_choice":{"type":"any"}})",
+       "tool_choice"},
+      {R"({"max_tokens":5,"messages":[{"role":"user","content":"x"}],"thinking":{"type":"enabled"}})",
+       "thinking.budget_tokens"},
+      {R"({"max_tokens":5,"messages":[{"role":"user","content":"x"}],"temperature":1.5})",
+       "temperature"},
+      {R"({"max_tokens":5,"system":[{"type":"image"}],"messages":[{"role":"user","content":"x"}]})",
+       "system[0].type"},
+  };
+  for (const auto& [body, param] : cases) {
+    GenerationRequest r;
+    auto err = ParseAnthropic(body, &r);
+    ASSERT_TRUE(err) << body;
+    EXPECT_EQ(err->status, 400) << body;
+    EXPECT_EQ(err->param, param) << body;
+    EXPECT_NE(err->message.find(param), std::string::npos) << err->message;
+    const auto shaped = AnthropicErrorBody(*err);
+    EXPECT_EQ(shaped["type"], "error");
+    EXPECT_EQ(shaped["error"]["type"], "invalid_request_error");
+  }
+  auto Status = [](int status) {
+    ApiError e;
+    e.status = status;
+    return e;
+  };
+  EXPECT_EQ(AnthropicErrorBody(Status(401))["error"]["type"], "authentication_error");
+  EXPECT_EQ(AnthropicErrorBody(Status(404))["error"]["type"], "not_found_error");
+  EXPECT_EQ(AnthropicErrorBody(Status(503))["error"]["type"], "overloaded_error");
+  EXPECT_EQ(AnthropicErrorBody(Status(500))["error"]["type"], "api_error");
+}
+
+// The types of the SSE events in `text`, in order.
+std::vector<std::string> EventTypes(const std::string& text) {
+  std::vector<std::string> types;
+  for (size_t at = text.find("event: "); at != std::string::npos;
+       at = text.find("event: ", at + 1)) {
+    types.push_back(text.substr(at + 7, text.find('\n', at) - at - 7));
+  }
+  return types;
+}
+
+TEST(AnthropicTest, MessageAndStreamEvents) {
+  const ResponseMeta meta{"msg_abc", 1, "kimi-k3", Endpoint::kChat};
+  OutputDelta all;
+  all.reasoning = "think";
+  all.content = "hello";
+  all.tool_calls.push_back({0, "get_weather", R"({"city":"Paris"})"});
+  const Usage usage{30, 7, 10, 2};
+  auto m = AnthropicMessage(meta, all, AnthropicStopReason("tool_calls", ""), "", usage);
+  EXPECT_EQ(m["type"], "message");
+  EXPECT_EQ(m["stop_reason"], "tool_use");
+  EXPECT_EQ(m["content"][0]["type"], "thinking");
+  EXPECT_EQ(m["content"][1]["text"], "hello");
+  EXPECT_EQ(m["content"][2]["id"], "toolu_abc_0");
+  EXPECT_EQ(m["content"][2]["input"]["city"], "Paris");
+  EXPECT_EQ(m["usage"]["input_tokens"], 20);
+  EXPECT_EQ(m["usage"]["cache_read_input_tokens"], 10);
+  EXPECT_EQ(AnthropicStopReason("stop", "END"), "stop_sequence");
+  EXPECT_EQ(AnthropicStopReason("stop", ""), "end_turn");
+  EXPECT_EQ(AnthropicStopReason("length", ""), "max_tokens");
+
+  AnthropicEvents ev(meta);
+  std::string s = ev.Start(usage);
+  OutputDelta d1, d2, d3, d4;
+  d1.reasoning = "thi";
+  d2.reasoning = "nk";
+  d3.content = "hello";
+  d4.tool_calls = all.tool_calls;
+  // One statement per call: the operands of + are evaluated in an unspecified order.
+  s += ev.Delta(d1);
+  s += ev.Delta(d2);
+  s += ev.Delta(d3);
+  s += AnthropicEvents::Ping();
+  s += ev.Delta(d4);
+  s += ev.Finish("tool_use", "", usage);
+  const std::vector<std::string> want = {
+      "message_start",      "content_block_start", "content_block_delta", "content_block_delta",
+      "content_block_stop", "content_block_start", "content_block_delta", "ping",
+      "content_block_stop", "content_block_start", "content_block_delta", "content_block_stop",
+      "message_delta",      "message_stop"};
+  EXPECT_EQ(EventTypes(s), want);
+  EXPECT_NE(s.find(R"("delta":{"type":"thinking_delta","thinking":"thi"})"), std::string::npos);
+  EXPECT_NE(s.find(R"("type":"input_json_delta","partial_json":"{\"city\":\"Paris\"}")"),
+            std::string::npos);
+  EXPECT_NE(s.find(R"("index":2)"), std::string::npos);
+}
+
+TEST(ResponsesTest, ParsesItemsInstructionsAndToolChoice) {
+  ResponseStore store;
+  GenerationRequest r;
+  ResponsesContext ctx;
+  auto err = ParseResponsesRequest(R"({"model":"m","instructions":"be brief",
+    "input":[{"role":"user","content":[{"type":"input_text","text":"weather?"}]},
+      {"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"hm"}]},
+      {"type":"function_call","call_id":"c1","name":"get_weather","arguments":"{\"city\":\"P\"}"},
+      {"type":"function_call_output","call_id":"c1","output":"sunny"}],
+    "tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}],
+    "tool_choice":{"type":"function","name":"get_weather"},"max_output_tokens":9,
+    "reasoning":{"effort":"minimal"},"store":false})",
+                                   RequestDefaults{}, &store, &r, &ctx);
+  ASSERT_FALSE(err) << err->message;
+  EXPECT_EQ(r.max_tokens, 9);
+  EXPECT_EQ(r.chat.reasoning_effort, "low");
+  EXPECT_EQ(r.tool_choice, ToolChoice::kNamed);
+  EXPECT_FALSE(ctx.store);
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0]["content"], "be brief");
+  EXPECT_EQ(r.messages[2]["role"], "assistant");
+  EXPECT_EQ(r.messages[2]["reasoning_content"], "hm");
+  EXPECT_EQ(r.messages[2]["tool_calls"][0]["id"], "c1");
+  EXPECT_EQ(r.messages[3]["role"], "tool");
+  EXPECT_EQ(ctx.items.size(), 4u);  // what a stored response would keep (no instructions)
+
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"model":"m"})", "input"},
+      {R"({"input":[{"type":"function_call_output","call_id":"zz","output":"x"}]})",
+       "input[0].call_id"},
+      {R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]})",
+       "input[0].content[0].type"},
+      {R"({"input":[{"type":"mystery"}]})", "input[0].type"},
+      {R"({"input":"x","previous_response_id":"resp_gone"})", "previous_response_id"},
+      {R"({"input":"x","tools":[{"type":"web_search"}]})", "tools[0].type"},
+      {R"({"input":"x","tool_choice":"required"})", "tool_choice"},
+      {R"({"input":"x","reasoning":{"effort":"huge"}})", "reasoning.effort"},
+      {R"({"input":"x","text":{"format":{"type":"json_object"}}})", "text.format"},
+  };
+  for (const auto& [body, param] : bad) {
+    auto e = ParseResponsesRequest(body, RequestDefaults{}, &store, &r, &ctx);
+    ASSERT_TRUE(e) << body;
+    EXPECT_EQ(e->param, param) << body;
+  }
+}
+
+TEST(ResponsesTest, PreviousResponseContinuesTheStoredConversation) {
+  ResponseStore store(2);
+  GenerationRequest r;
+  ResponsesContext ctx;
+  ASSERT_FALSE(ParseResponsesRequest(R"({"input":"hi"})", RequestDefaults{}, &store, &r, &ctx));
+  const ResponseMeta meta{"resp_abc", 1, "m", Endpoint::kChat};
+  OutputDelta all;
+  all.content = "hello";
+  all.tool_calls.push_back({0, "f", "{}"});
+  auto items = ctx.items;
+  for (const auto& item : ResponseOutputItems(meta, ctx, all)) items.push_back(item);
+  store.Put(meta.id, items);
+  ASSERT_FALSE(ParseResponsesRequest(R"({"previous_response_id":"resp_abc","input":[
+    {"type":"function_call_output","call_id":"call_abc_0","output":"42"}]})",
+                                     RequestDefaults{}, &store, &r, &ctx));
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[0]["content"], "hi");
+  EXPECT_EQ(r.messages[1]["content"], "hello");
+  EXPECT_EQ(r.messages[1]["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(r.messages[2]["tool_call_id"], "call_abc_0");
+  // LRU: a third entry evicts the least recently used one.
+  store.Put("resp_2", items);
+  ASSERT_TRUE(store.Get("resp_abc"));
+  store.Put("resp_3", items);
+  EXPECT_FALSE(store.Get("resp_2"));
+  EXPECT_TRUE(store.Get("resp_abc"));
+  EXPECT_EQ(store.size(), 2u);
+}
+
+TEST(ResponsesTest, StreamEventsAreNumberedAndOrdered) {
+  ResponseStore store;
+  GenerationRequest r;
+  ResponsesContext ctx;
+  ASSERT_FALSE(ParseResponsesRequest(R"({"input":"hi","stream":true})", RequestDefaults{}, &store,
+                                     &r, &ctx));
+  ResponsesEvents ev(ResponseMeta{"resp_abc", 1, "m", Endpoint::kChat}, &ctx, &r);
+  OutputDelta d1, d2, d3;
+  d1.reasoning = "hm";
+  d2.content = "hel";
+  d3.content = "lo";
+  d3.tool_calls.push_back({0, "f", R"({"a":1})"});
+  std::string s = ev.Start();
+  s += ev.Delta(d1);
+  s += ev.Delta(d2);
+  s += ev.Delta(d3);
+  s += ev.Finish("completed", Usage{5, 4, 2, 1});
+  const std::vector<std::string> want = {"response.created",
+                                         "response.in_progress",
+                                         "response.output_item.added",
+                                         "response.reasoning_text.delta",
+                                         "response.reasoning_text.done",
+                                         "response.output_item.done",
+                                         "response.output_item.added",
+                                         "response.content_part.added",
+                                         "response.output_text.delta",
+                                         "response.output_text.delta",
+                                         "response.output_text.done",
+                                         "response.content_part.done",
+                                         "response.output_item.done",
+                                         "response.output_item.added",
+                                         "response.function_call_arguments.delta",
+                                         "response.function_call_arguments.done",
+                                         "response.output_item.done",
+                                         "response.completed"};
+  EXPECT_EQ(EventTypes(s), want);
+  // sequence_number counts from 0, one per event.
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NE(s.find("\"sequence_number\":" + std::to_string(i) + ","), std::string::npos) << i;
+  }
+  ASSERT_EQ(ev.output().size(), 3u);
+  EXPECT_EQ(ev.output()[1]["content"][0]["text"], "hello");
+  EXPECT_EQ(ev.output()[2]["call_id"], "call_abc_0");
+  EXPECT_NE(s.find(R"("cached_tokens":2)"), std::string::npos);
 }
 
 }  // namespace

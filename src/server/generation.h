@@ -1,0 +1,82 @@
+// One generation request from queueing to the last byte, shared by the four generation APIs
+// (chat/completions, completions, Anthropic messages, OpenAI responses): each API parses its body
+// into a GenerationRequest, HttpServer::Impl::StartGeneration checks the prompt and queues the
+// job, and the API's handler reads the output through Gen::Poll. The new agent APIs stream through
+// ServeAgentGeneration with an AgentRenderer that turns deltas into their events.
+#pragma once
+
+#include <httplib.h>
+
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "server/connection.h"
+#include "server/output.h"
+#include "server/response_json.h"
+#include "server/scheduler.h"
+
+namespace deltafin::server {
+
+// prefix + 16 random hex digits (chatcmpl-..., msg_..., resp_...).
+std::string NewId(const char* prefix);
+
+inline void Append(OutputDelta* all, OutputDelta&& d) {
+  all->reasoning += d.reasoning;
+  all->content += d.content;
+  for (auto& c : d.tool_calls) all->tool_calls.push_back(std::move(c));
+}
+
+ApiError EngineError(const std::string& message);
+
+struct Gen {
+  using Clock = std::chrono::steady_clock;
+  Gen(const httplib::Request& req, GenerationRequest r) : request(std::move(r)), conn(req) {}
+  GenerationRequest request;
+  std::vector<int32_t> prompt;
+  std::shared_ptr<Job> job;
+  ResponseMeta meta;
+  std::unique_ptr<OutputAssembler> out;
+  ClientConnection conn;
+  size_t cursor = 0;
+  std::vector<StepTiming> steps;  // a copy of job->steps up to `cursor`
+  size_t steps_sent = 0;          // steps already sent as token_timings
+  bool done = false;
+  Job::End end = Job::End::kNone;
+  std::string error;
+  Clock::time_point start = Clock::now();
+  double ttft_s = -1;
+
+  // Waits up to `wait` for the worker, feeds new tokens to the assembler and appends what they
+  // add to *delta. Sets `done` when the response is complete (or failed).
+  void Poll(Clock::duration wait, OutputDelta* delta);
+  Usage GetUsage() const;
+  Timings GetTimings() const;
+  // Adds `timings` (so far) and the `token_timings` not sent yet to a streamed chunk.
+  void AddTimings(nlohmann::ordered_json* chunk);
+  // The request log's detail: id, token counts and where the time went.
+  std::string LogDetail() const;
+};
+
+// How one agent API (Anthropic messages, OpenAI responses) shows a generation. Stream events are
+// returned as complete SSE text ("event: ...\ndata: ...\n\n").
+class AgentRenderer {
+ public:
+  virtual ~AgentRenderer() = default;
+  // stream: false. `all` is the whole output.
+  virtual nlohmann::ordered_json Whole(const Gen& g, const OutputDelta& all) = 0;
+  // The events sent before the first token (message_start / response.created ...).
+  virtual std::string Begin(const Gen& g) = 0;
+  virtual std::string Delta(const Gen& g, const OutputDelta& delta) = 0;
+  virtual std::string Ping() = 0;
+  // The closing events after the last delta (message_delta + message_stop / response.completed).
+  virtual std::string End(const Gen& g) = 0;
+  // An error after the stream started (engine failure).
+  virtual std::string StreamError(const Gen& g, const ApiError& error) = 0;
+  // Called once with the whole output of a completed (not cancelled, not failed) request.
+  virtual void Completed(const Gen& /*g*/, const OutputDelta& /*all*/) {}
+};
+
+}  // namespace deltafin::server
