@@ -12,7 +12,7 @@ struct ComputeProbe {
   double int8_bps = 0;      // int8 + fp32 row-scale bytes/s
   double mxfp4_bps = 0;     // packed + scale bytes/s
   double bf16_call_s = 0;   // one small BF16 product (64 x 1024), weights hot: the call's cost
-  double mxfp4_call_s = 0;  // one small MXFP4 product (256 x 512)
+  double mxfp4_call_s = 0;  // one small MXFP4 product (64 x 512), weights hot
   double fma_per_s = 0;     // fp32 multiply-adds/s
   int threads = 1;
 };

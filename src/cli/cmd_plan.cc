@@ -30,7 +30,6 @@
 #include <thread>
 #include <vector>
 
-#include "base/aligned_buffer.h"
 #include "base/thread_pool.h"
 #include "bench/machine_probe.h"
 #include "cli/cli_util.h"
@@ -115,7 +114,10 @@ Result<double> ProbeDirectReads(const std::vector<std::string>& files, uint64_t 
   std::vector<std::thread> pool;
   for (int t = 0; t < depth; ++t) {
     pool.emplace_back([&, t] {
-      AlignedBuffer<uint8_t> buffer(capacity);
+      // O_DIRECT wants the buffer aligned to the device block (DirectFile::kIoAlignment).
+      std::unique_ptr<uint8_t, decltype(&std::free)> buffer(
+          static_cast<uint8_t*>(std::aligned_alloc(DirectFile::kIoAlignment, capacity)),
+          &std::free);
       uint64_t s = seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(t + 1);
       while (!stop.load(std::memory_order_relaxed)) {
         s ^= s >> 12;
@@ -124,7 +126,7 @@ Result<double> ProbeDirectReads(const std::vector<std::string>& files, uint64_t 
         const uint64_t r = s * 2685821657736338717ull;
         const DirectFile& f = opened[r % opened.size()];
         const uint64_t offset = (r >> 20) % (f.size() - span + 1);
-        auto got = f.ReadSpan(offset, span, buffer.data(), capacity);
+        auto got = f.ReadSpan(offset, span, buffer.get(), capacity);
         if (!got.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           if (first_error.ok()) first_error = got.status();
@@ -146,9 +148,10 @@ Result<double> ProbeDirectReads(const std::vector<std::string>& files, uint64_t 
 }
 
 // Reads `file`'s pages the way a non-resident spine is brought in (model/spine_pages.h): the
-// file's cached pages dropped first, then per 16 MiB range madvise(MADV_WILLNEED) and one byte
-// touched per page. Bytes/s over at most `max_bytes`.
-Result<double> ProbeSpinePages(const std::string& file, uint64_t max_bytes) {
+// file's cached pages dropped first, then matrix by matrix (`chunk` bytes, the model's mean spine
+// matrix, visited in shuffled order: a shard's matrices are in name order, not layer order)
+// madvise(MADV_WILLNEED) and one byte touched per page. Bytes/s over at most `max_bytes`.
+Result<double> ProbeSpinePages(const std::string& file, uint64_t max_bytes, uint64_t chunk) {
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::Error("cannot open " + file + " to probe spine reads");
   const auto size = static_cast<uint64_t>(::lseek(fd, 0, SEEK_END));
@@ -164,10 +167,19 @@ Result<double> ProbeSpinePages(const std::string& file, uint64_t max_bytes) {
   if (map == MAP_FAILED) return Status::Error("cannot map " + file);
   const auto* p = static_cast<const volatile uint8_t*>(map);
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  const uint64_t chunk = 16ull << 20;
+  chunk = std::clamp<uint64_t>(chunk / page * page, page, bytes);
+  std::vector<uint64_t> order;
+  for (uint64_t b = 0; b < bytes; b += chunk) order.push_back(b);
+  uint64_t s = 0x2545F4914F6CDD1Dull;
+  for (size_t i = order.size(); i > 1; --i) {  // Fisher-Yates with a fixed xorshift
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    std::swap(order[i - 1], order[s % i]);
+  }
   uint64_t sum = 0;
   const auto t0 = Clock::now();
-  for (uint64_t b = 0; b < bytes; b += chunk) {
+  for (uint64_t b : order) {
     const uint64_t n = std::min(chunk, bytes - b);
     ::madvise(const_cast<uint8_t*>(p) + b, n, MADV_WILLNEED);
     for (uint64_t i = 0; i < n; i += page) sum += p[b + i];
@@ -487,7 +499,10 @@ int RunPlan(const PlanArgs& a) {
     }
     if (!spine_file.empty()) {
       std::fprintf(stderr, "plan: measuring spine page reads...\n");
-      auto bps = ProbeSpinePages(spine_file, a.quick ? (64ull << 20) : (512ull << 20));
+      const uint64_t mean_matrix =
+          info.spine_bytes_per_token /
+          static_cast<uint64_t>(std::max<int64_t>(1, info.spine_products_per_token));
+      auto bps = ProbeSpinePages(spine_file, a.quick ? (64ull << 20) : (512ull << 20), mean_matrix);
       if (!bps.ok()) return Fail(bps.status());
       m.spine_read_bps = *bps;
     }
@@ -617,13 +632,22 @@ int RunPlan(const PlanArgs& a) {
         best->p.s_per_token, best->p.bound.c_str(),
         best->plan.spine_resident ? "resident" : "re-read from disk every token",
         best->plan.experts_streamed ? "streamed" : "mapped");
-    // More RAM: the spine-resident scenario at the best spine format.
-    for (const Row& r : rows) {
-      if (r.plan.spine != best->p.spine || r.plan.name != "stream-spine-resident" || !r.p.feasible)
-        continue;
-      if (!best->plan.spine_resident) {
-        std::printf("  more RAM: a budget of %s keeps the spine resident: %.3f s/token\n",
-                    FormatBytes(r.plan.budget + kProcessOverhead).c_str(), r.p.s_per_token);
+    // More RAM: the smallest budget (spine + 1, 2, 4, ... GiB) whose plan keeps the spine resident.
+    if (!best->plan.spine_resident) {
+      EngineOptions o = options;
+      o.spine_int8 = best->p.spine == "int8";
+      o.mem_limit = 1ull << 50;
+      auto shape = Engine::Plan(o);
+      for (uint64_t extra = 1ull << 30; shape.ok() && extra <= (1ull << 40); extra *= 2) {
+        const ScenarioPlan more =
+            PlanScenario("more RAM", best->p.spine, options, shape->spine_bytes + extra,
+                         EngineOptions::Experts::kStreamed, machine_budget);
+        if (!more.fits || !more.spine_resident) continue;
+        const Prediction mp = PredictScenario(m, WorkloadFrom(*shape), more, assume);
+        std::printf(
+            "  more RAM: a budget of %s keeps the spine resident: %.3f s/token (%s-bound)\n",
+            FormatBytes(more.budget).c_str(), mp.s_per_token, mp.bound.c_str());
+        break;
       }
     }
     for (const Row& r : rows) {

@@ -181,8 +181,17 @@ TEST(PlanModelTest, K3WorkloadFromConfigMatchesSpec) {
   EXPECT_EQ(bf16->expert_bytes, 17'547'264u);
   EXPECT_EQ(bf16->spine_bytes, 113'509'540'864u);
   EXPECT_EQ(bf16->spine_bytes_per_token, 111'160'744'960u);
-  EXPECT_EQ(int8->spine_bytes, 57'974'619'328u);
-  EXPECT_EQ(int8->spine_bytes_per_token, 55'625'823'424u);
+  // The resident int8 spine is the spec's on-disk accounting (57,974,619,328 B) plus two
+  // documented departures: MLA's kv_b_proj stays BF16 (24 layers x 24576 x 512 weights: one
+  // byte more a weight, no f16 row scales) and row scales are widened to fp32 in RAM (2 bytes a
+  // row more, under 10 M rows).
+  const uint64_t kv_b_bf16 = 24ull * (24576 * 512 - 24576 * 2);
+  const uint64_t int8_spec = 57'974'619'328u + kv_b_bf16;
+  EXPECT_GE(int8->spine_bytes, int8_spec);
+  EXPECT_LT(int8->spine_bytes, int8_spec + 20'000'000u);
+  // Both formats read all but the embedding table (BF16 in both), whose one row is read.
+  EXPECT_EQ(bf16->spine_bytes - bf16->spine_bytes_per_token,
+            int8->spine_bytes - int8->spine_bytes_per_token);
   // 69 KDA layers x 96 heads x 128 x 128 fp32.
   EXPECT_EQ(bf16->recurrent_state_bytes, 434'110'464u);
 }
