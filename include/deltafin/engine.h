@@ -74,8 +74,15 @@ struct ModelInfo {
   uint64_t expert_cache_bytes = 0;
   uint64_t spine_bytes = 0;
   uint64_t memory_budget = 0;
+  bool spine_resident = true;  // false: re-read from disk layer by layer (it does not fit)
   const char* expert_read_mode = "mapped";  // "direct", "buffered" or "mapped"
   bool spine_int8 = false;                  // the spine linears are row-int8 (not weight-exact)
+  // The work of one decode step, from the config alone, for `deltafin plan` (docs/PLAN.md).
+  int64_t num_moe_layers = 0;
+  uint64_t spine_bytes_per_token = 0;    // spine weight bytes a step reads (one embedding row)
+  int64_t spine_products_per_token = 0;  // spine matrix-kernel calls a step makes
+  uint64_t router_bytes = 0;             // one MoE layer's router (the lookahead reads one more)
+  uint64_t recurrent_state_bytes = 0;    // KDA state, read and written every step
 };
 
 // Receives intermediate values during a forward pass (debug dumps, route tests, traces).

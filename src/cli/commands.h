@@ -20,5 +20,6 @@ void RegisterBenchDecode(CLI::App* bench, int* exit_code);
 void RegisterSetup(CLI::App& app, int* exit_code);
 void RegisterFetchExpertsAll(CLI::App& app, int* exit_code);
 void RegisterConvertSpineInt8(CLI::App& app, int* exit_code);
+void RegisterPlan(CLI::App& app, int* exit_code);
 
 }  // namespace deltafin::cli

@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   deltafin::cli::RegisterSetup(app, &exit_code);
   deltafin::cli::RegisterFetchExpertsAll(app, &exit_code);
   deltafin::cli::RegisterConvertSpineInt8(app, &exit_code);
+  deltafin::cli::RegisterPlan(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -154,8 +154,34 @@ Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c
   info.expert_cache_bytes = p.memory.expert_cache_bytes;
   info.spine_bytes = p.memory.needs.spine_bytes;
   info.memory_budget = p.memory.budget.bytes;
+  info.spine_resident = p.memory.spine_resident;
   info.expert_read_mode =
       p.memory.experts_streamed ? (options.direct_io ? "direct" : "buffered") : "mapped";
+  // Decode workload: every 2-D spine matrix is one kernel call per step (Linear), except the
+  // embedding table (one row is read) and MLA's kv_b_proj (two small products per head inside
+  // the attention); [1, H] AttnRes projections are folded into the mixes.
+  const uint64_t embed_bytes = static_cast<uint64_t>(c.vocab_size * c.hidden_size) * 2;
+  info.num_moe_layers = c.num_moe_layers();
+  info.spine_bytes_per_token =
+      p.memory.needs.spine_bytes - embed_bytes + static_cast<uint64_t>(c.hidden_size) * 2;
+  int64_t products = 0;
+  auto count = [&](const std::vector<TensorSpec>& specs) {
+    for (const auto& spec : specs) {
+      if (spec.shape.size() != 2 || spec.shape[0] <= 1) continue;
+      if (spec.name.find("embed_tokens") != std::string::npos) continue;
+      products += spec.name.find("kv_b_proj") != std::string::npos ? 2 * c.mla_heads : 1;
+    }
+  };
+  count(GlobalTensorSpecs(c));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    count(LayerTensorSpecs(c, l));
+    if (c.layer_kinds[static_cast<size_t>(l)] == AttentionKind::kKda) {
+      info.recurrent_state_bytes +=
+          static_cast<uint64_t>(c.kda_heads * c.kda_head_dim * c.kda_head_dim) * 4;
+    }
+  }
+  info.spine_products_per_token = products;
+  info.router_bytes = static_cast<uint64_t>(c.num_experts * c.hidden_size) * 2;
   return p;
 }
 

@@ -1,0 +1,23 @@
+// Quick compute-side measurements for `deltafin plan` (docs/PLAN.md): memory read bandwidth, the
+// BF16 / row-int8 / MXFP4 matrix-vector rates with weights cold in cache, the fixed cost of one
+// small kernel call on the thread pool, and the fp32 multiply-add peak. The same kernels and
+// thread pool as the engine and `bench kernels`, at sizes that take seconds rather than minutes.
+#pragma once
+
+namespace deltafin::bench {
+
+struct ComputeProbe {
+  double memory_bps = 0;    // plain read stream, all threads
+  double bf16_bps = 0;      // weight bytes/s, cold, all threads
+  double int8_bps = 0;      // int8 + fp32 row-scale bytes/s
+  double mxfp4_bps = 0;     // packed + scale bytes/s
+  double bf16_call_s = 0;   // one small BF16 product (64 x 1024), weights hot: the call's cost
+  double mxfp4_call_s = 0;  // one small MXFP4 product (64 x 512), weights hot
+  double fma_per_s = 0;     // fp32 multiply-adds/s
+  int threads = 1;
+};
+
+// `quick`: smaller buffers and shorter timings (tests); the numbers are rougher.
+ComputeProbe MeasureCompute(bool quick);
+
+}  // namespace deltafin::bench

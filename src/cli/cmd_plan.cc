@@ -1,0 +1,758 @@
+// `deltafin plan`: predicts seconds per token for each way to run a model on this machine, before
+// any download (docs/PLAN.md).
+//
+// It measures the machine in well under a minute (expert-size direct reads over queue depths on
+// the model's own expert shards or a temporary file, spine pages through the page cache the way
+// a non-resident spine is read, memory bandwidth, the BF16 / int8 / MXFP4 kernels, RAM or cgroup
+// limit, free disk), or takes those numbers from a profile (--profile FILE or a named one), asks
+// Engine::Plan what memory plan each `bench decode` scenario's budget gets, and computes each
+// scenario's s/token with the arithmetic of cli/plan_model.h. `--k3` plans the real Kimi K3 from
+// its config (made here from the bench preset with K3's dimensions; the config parser checks
+// every K3 number), without a download.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "bench/machine_probe.h"
+#include "cli/cli_util.h"
+#include "cli/commands.h"
+#include "cli/plan_model.h"
+#include "experts/memory_plan.h"
+#include "io/direct_file.h"
+#include "modelgen/make_model.h"
+
+namespace deltafin::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+struct PlanArgs {
+  std::string model_dir;
+  bool k3 = false;
+  std::string mem_limit;
+  std::string json_path;
+  std::string profile;
+  std::string probe_dir;
+  bool quick = false;
+  int io_threads = 8;
+  int threads = 0;
+  double acceptance = 0.7;
+  int draft_tokens = 3;
+};
+
+// Same process overhead `bench decode` adds to its cgroup limits (cmd_bench_decode.cc).
+constexpr uint64_t kProcessOverhead = 192ull << 20;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double CpuSeconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+// A temporary folder removed on scope exit.
+struct TempDir {
+  std::string path;
+  ~TempDir() {
+    std::error_code ec;
+    if (!path.empty()) fs::remove_all(path, ec);
+  }
+};
+
+// --- Disk measurements ------------------------------------------------------------------------
+
+struct DepthResult {
+  int depth = 0;
+  double bps = 0;
+};
+
+// `depth` threads each issuing one synchronous direct read of `span` bytes at a time, at random
+// offsets over `files`, until `max_bytes` are read or `max_seconds` pass. Returns bytes/s; the
+// process's CPU seconds per byte go to *cpu_per_byte.
+Result<double> ProbeDirectReads(const std::vector<std::string>& files, uint64_t span, int depth,
+                                uint64_t max_bytes, double max_seconds, uint64_t seed,
+                                double* cpu_per_byte) {
+  std::vector<DirectFile> opened;
+  for (const auto& f : files) {
+    DF_ASSIGN_OR_RETURN(DirectFile d, DirectFile::Open(f, ReadMode::kDirect));
+    if (d.size() < span) continue;
+    opened.push_back(std::move(d));
+  }
+  if (opened.empty()) return Status::Error("no file to probe is at least one expert long");
+  std::atomic<uint64_t> done{0};
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  Status first_error;
+  const size_t capacity = DirectFile::BufferBytesFor(span);
+  const double cpu0 = CpuSeconds();
+  const auto t0 = Clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < depth; ++t) {
+    pool.emplace_back([&, t] {
+      // O_DIRECT wants the buffer aligned to the device block (DirectFile::kIoAlignment).
+      std::unique_ptr<uint8_t, decltype(&std::free)> buffer(
+          static_cast<uint8_t*>(std::aligned_alloc(DirectFile::kIoAlignment, capacity)),
+          &std::free);
+      uint64_t s = seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(t + 1);
+      while (!stop.load(std::memory_order_relaxed)) {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        const uint64_t r = s * 2685821657736338717ull;
+        const DirectFile& f = opened[r % opened.size()];
+        const uint64_t offset = (r >> 20) % (f.size() - span + 1);
+        auto got = f.ReadSpan(offset, span, buffer.get(), capacity);
+        if (!got.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (first_error.ok()) first_error = got.status();
+          stop = true;
+          break;
+        }
+        if (done.fetch_add(span) + span >= max_bytes || Seconds(t0, Clock::now()) > max_seconds) {
+          stop = true;
+        }
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  const double secs = Seconds(t0, Clock::now());
+  if (!first_error.ok()) return first_error;
+  const double bytes = static_cast<double>(done.load());
+  if (cpu_per_byte != nullptr) *cpu_per_byte = (CpuSeconds() - cpu0) / bytes;
+  return bytes / secs;
+}
+
+// Reads `file`'s pages the way a non-resident spine is brought in (model/spine_pages.h): the
+// file's cached pages dropped first, then matrix by matrix (`chunk` bytes, the model's mean spine
+// matrix, visited in shuffled order: a shard's matrices are in name order, not layer order)
+// madvise(MADV_WILLNEED) and one byte touched per page. Bytes/s over at most `max_bytes`.
+Result<double> ProbeSpinePages(const std::string& file, uint64_t max_bytes, uint64_t chunk) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::Error("cannot open " + file + " to probe spine reads");
+  const auto size = static_cast<uint64_t>(::lseek(fd, 0, SEEK_END));
+  const uint64_t bytes = std::min(size, max_bytes) & ~uint64_t{4095};
+  if (bytes < (64u << 10)) {
+    ::close(fd);
+    return Status::Error(file + " is too small to probe spine reads");
+  }
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return Status::Error("cannot map " + file);
+  const auto* p = static_cast<const volatile uint8_t*>(map);
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  chunk = std::clamp<uint64_t>(chunk / page * page, page, bytes);
+  std::vector<uint64_t> order;
+  for (uint64_t b = 0; b < bytes; b += chunk) order.push_back(b);
+  uint64_t s = 0x2545F4914F6CDD1Dull;
+  for (size_t i = order.size(); i > 1; --i) {  // Fisher-Yates with a fixed xorshift
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    std::swap(order[i - 1], order[s % i]);
+  }
+  uint64_t sum = 0;
+  const auto t0 = Clock::now();
+  for (uint64_t b : order) {
+    const uint64_t n = std::min(chunk, bytes - b);
+    ::madvise(const_cast<uint8_t*>(p) + b, n, MADV_WILLNEED);
+    for (uint64_t i = 0; i < n; i += page) sum += p[b + i];
+  }
+  const double secs = Seconds(t0, Clock::now());
+  ::munmap(map, bytes);
+  if (sum == 1) std::fputc(' ', stderr);  // keep the reads
+  return static_cast<double>(bytes) / secs;
+}
+
+// A file of `bytes` random bytes in `dir`, written and flushed, its cached pages dropped, for
+// probing a disk without a model. Removed by the TempDir.
+Result<std::string> WriteProbeFile(const std::string& dir, uint64_t bytes, TempDir* holder) {
+  std::string tmpl = (fs::path(dir) / "deltafin-plan-probe-XXXXXX").string();
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  if (::mkdtemp(name.data()) == nullptr) {
+    return Status::Error("--probe-dir " + dir + ": cannot create a temporary folder there");
+  }
+  holder->path = name.data();
+  const std::string path = holder->path + "/probe.bin";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Error("cannot create " + path);
+  std::vector<uint64_t> block((4u << 20) / 8);
+  uint64_t s = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) | 1;
+  for (uint64_t done = 0; done < bytes; done += block.size() * 8) {
+    for (auto& v : block) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      v = s;
+    }
+    if (::write(fd, block.data(), block.size() * 8) != static_cast<ssize_t>(block.size() * 8)) {
+      ::close(fd);
+      return Status::Error("cannot write the probe file " + path + " (disk full?)");
+    }
+  }
+  ::fsync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  return path;
+}
+
+// The expert shards and one spine shard of a model folder, from its index.
+Status ModelShards(const std::string& dir, std::vector<std::string>* experts, std::string* spine) {
+  std::ifstream in(fs::path(dir) / "model.safetensors.index.json");
+  json index = json::parse(in, nullptr, false);
+  if (index.is_discarded() || !index.contains("weight_map")) {
+    return Status::Error(dir + "/model.safetensors.index.json: missing or not a safetensors index");
+  }
+  std::set<std::string> expert_files;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    if (!file.is_string()) continue;
+    const std::string path = (fs::path(dir) / file.get<std::string>()).string();
+    if (name.find(".experts.") != std::string::npos) {
+      expert_files.insert(path);
+    } else if (name.find("lm_head") != std::string::npos) {
+      *spine = path;
+    }
+  }
+  std::error_code ec;
+  for (const auto& f : expert_files) {
+    if (fs::exists(f, ec)) experts->push_back(f);  // a stream install has holes
+  }
+  if (experts->empty()) return Status::Error(dir + ": no expert shard on disk to probe");
+  return Status::Ok();
+}
+
+uint64_t FreeDisk(const std::string& dir) {
+  struct statvfs v {};
+  if (::statvfs(dir.c_str(), &v) != 0) return 0;
+  return static_cast<uint64_t>(v.f_bavail) * v.f_frsize;
+}
+
+// --- Profiles ---------------------------------------------------------------------------------
+
+json ProfileJson(const MachineProfile& m) {
+  return {{"name", m.name},
+          {"expert_read_gbps", m.expert_read_bps / 1e9},
+          {"spine_read_gbps", m.spine_read_bps / 1e9},
+          {"memory_gbps", m.memory_bps / 1e9},
+          {"bf16_gbps", m.bf16_bps / 1e9},
+          {"int8_gbps", m.int8_bps / 1e9},
+          {"mxfp4_gbps", m.mxfp4_bps / 1e9},
+          {"bf16_call_us", m.bf16_call_s * 1e6},
+          {"mxfp4_call_us", m.mxfp4_call_s * 1e6},
+          {"fma_gflops", m.fma_per_s / 1e9},
+          {"io_cpu_ns_per_kb", m.io_cpu_s_per_byte * 1e9 * 1024},
+          {"threads", m.threads},
+          {"ram_budget_gib", static_cast<double>(m.ram_budget) / (1ull << 30)},
+          {"free_disk_gib", static_cast<double>(m.free_disk) / (1ull << 30)}};
+}
+
+Result<MachineProfile> ProfileFromJson(const json& j, const std::string& label) {
+  MachineProfile m;
+  auto get = [&](const char* key, double* out, double scale) -> Status {
+    if (!j.contains(key) || !j[key].is_number() || !(j[key].get<double>() >= 0)) {
+      return Status::Error(label + ": field " + key + " is missing or not a number >= 0");
+    }
+    *out = j[key].get<double>() * scale;
+    return Status::Ok();
+  };
+  double threads = 0, ram = 0, disk = 0;
+  DF_RETURN_IF_ERROR(get("expert_read_gbps", &m.expert_read_bps, 1e9));
+  DF_RETURN_IF_ERROR(get("spine_read_gbps", &m.spine_read_bps, 1e9));
+  DF_RETURN_IF_ERROR(get("memory_gbps", &m.memory_bps, 1e9));
+  DF_RETURN_IF_ERROR(get("bf16_gbps", &m.bf16_bps, 1e9));
+  DF_RETURN_IF_ERROR(get("int8_gbps", &m.int8_bps, 1e9));
+  DF_RETURN_IF_ERROR(get("mxfp4_gbps", &m.mxfp4_bps, 1e9));
+  DF_RETURN_IF_ERROR(get("bf16_call_us", &m.bf16_call_s, 1e-6));
+  DF_RETURN_IF_ERROR(get("mxfp4_call_us", &m.mxfp4_call_s, 1e-6));
+  DF_RETURN_IF_ERROR(get("fma_gflops", &m.fma_per_s, 1e9));
+  DF_RETURN_IF_ERROR(get("io_cpu_ns_per_kb", &m.io_cpu_s_per_byte, 1e-9 / 1024));
+  DF_RETURN_IF_ERROR(get("threads", &threads, 1));
+  DF_RETURN_IF_ERROR(get("ram_budget_gib", &ram, 1));
+  DF_RETURN_IF_ERROR(get("free_disk_gib", &disk, 1));
+  for (double v : {m.expert_read_bps, m.spine_read_bps, m.memory_bps, m.bf16_bps, m.int8_bps,
+                   m.mxfp4_bps, m.fma_per_s}) {
+    if (!(v > 0)) return Status::Error(label + ": bandwidths and rates must be > 0");
+  }
+  m.threads = std::max(1, static_cast<int>(threads));
+  m.ram_budget = static_cast<uint64_t>(ram * (1ull << 30));
+  m.free_disk = static_cast<uint64_t>(disk * (1ull << 30));
+  m.name = j.value("name", label);
+  return m;
+}
+
+// An Apple M1 Max-like machine (10-core CPU, 64 GB), stated rather than measured; docs/PLAN.md
+// says where each number comes from: SSD 6.6 GB/s with a pool of uncached preads of MBs, cold
+// mmap page faults 0.66 GB/s on one thread and 2.0 GB/s on eight, memory 400 GB/s of which the
+// CPU cores reach about 105 GB/s. The kernel rates are assumptions (this project's NEON kernels
+// have not been timed on an ARM machine): about 0.85 / 0.75 / 0.5 of the CPU's bandwidth.
+json M1MaxProfile() {
+  return {{"name", "m1-max (stated)"},    {"expert_read_gbps", 6.6},  {"spine_read_gbps", 2.0},
+          {"memory_gbps", 105.0},         {"bf16_gbps", 90.0},        {"int8_gbps", 80.0},
+          {"mxfp4_gbps", 50.0},           {"bf16_call_us", 5.0},      {"mxfp4_call_us", 5.0},
+          {"fma_gflops", 400.0},          {"io_cpu_ns_per_kb", 20.0}, {"threads", 8},
+          {"ram_budget_gib", 64.0 * 0.9}, {"free_disk_gib", 2000.0}};
+}
+
+// --- The plan ---------------------------------------------------------------------------------
+
+struct Row {
+  Prediction p;
+  ScenarioPlan plan;
+  bool fits_machine = true;  // the scenario's budget fits this machine's RAM
+};
+
+ModelWorkload WorkloadFrom(const ModelInfo& info) {
+  ModelWorkload w;
+  w.spine_bytes = info.spine_bytes;
+  w.spine_bytes_per_token = info.spine_bytes_per_token;
+  w.spine_products = info.spine_products_per_token;
+  w.router_bytes = info.router_bytes;
+  w.recurrent_state_bytes = info.recurrent_state_bytes;
+  w.expert_bytes = info.expert_bytes;
+  w.experts_per_token = info.experts_per_token;
+  w.num_experts = info.num_experts;
+  w.num_moe_layers = info.num_moe_layers;
+  return w;
+}
+
+// The memory plan the engine makes for `mem_limit` and `experts` (0 = the profile's budget).
+ScenarioPlan PlanScenario(const std::string& name, const std::string& spine, EngineOptions options,
+                          uint64_t mem_limit, EngineOptions::Experts experts,
+                          uint64_t machine_budget) {
+  ScenarioPlan s;
+  s.name = name;
+  s.spine = spine;
+  options.spine_int8 = spine == "int8";
+  options.experts = experts;
+  options.mem_limit = mem_limit > 0 ? mem_limit : machine_budget;
+  auto plan = Engine::Plan(options);
+  if (!plan.ok()) {
+    s.fits = false;
+    s.note = plan.status().message();
+    return s;
+  }
+  s.experts_streamed = plan->experts_streamed;
+  s.expert_cache_bytes = plan->expert_cache_bytes;
+  s.budget = plan->memory_budget;
+  s.spine_resident = plan->spine_resident;
+  return s;
+}
+
+std::string Gb(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", bytes / 1e9);
+  return b;
+}
+
+int RunPlan(const PlanArgs& a) {
+  if (a.k3 == !a.model_dir.empty()) return UsageError("give either --model DIR or --k3");
+  uint64_t mem_limit = 0;
+  if (!a.mem_limit.empty()) {
+    auto parsed = ParseByteSize(a.mem_limit);
+    if (!parsed.ok()) return UsageError("--mem-limit: " + parsed.status().message());
+    mem_limit = *parsed;
+  }
+  if (!a.model_dir.empty()) {
+    std::error_code ec;
+    if (!fs::is_directory(a.model_dir, ec)) {
+      return UsageError("--model " + a.model_dir + ": " +
+                        (fs::exists(a.model_dir, ec) ? "is not a directory" : "no such directory"));
+    }
+    if (!fs::exists(fs::path(a.model_dir) / "config.json", ec)) {
+      return UsageError("--model " + a.model_dir + ": no config.json (not a model folder)");
+    }
+  }
+  if (!a.probe_dir.empty()) {
+    std::error_code ec;
+    if (!fs::is_directory(a.probe_dir, ec)) {
+      return UsageError("--probe-dir " + a.probe_dir + ": no such directory");
+    }
+  }
+  if (!a.json_path.empty()) {
+    if (Status st = CheckOutputPath("--json", a.json_path); !st.ok())
+      return UsageError(st.message());
+  }
+  json profile_doc;
+  if (!a.profile.empty()) {
+    if (a.profile == "m1-max") {
+      profile_doc = M1MaxProfile();
+    } else {
+      std::ifstream in(a.profile);
+      if (!in) return UsageError("--profile " + a.profile + ": no such file (or give m1-max)");
+      profile_doc = json::parse(in, nullptr, false);
+      if (profile_doc.is_discarded()) return UsageError("--profile " + a.profile + ": not JSON");
+      if (profile_doc.contains("profile")) profile_doc = profile_doc["profile"];  // a --json file
+    }
+  }
+
+  // The model: its config, from the folder or made for K3.
+  TempDir k3_dir;
+  EngineOptions options;
+  options.io_threads = a.io_threads;
+  options.threads = a.threads;
+  if (a.k3) {
+    auto text = PresetConfigJson("bench", K3ConfigOverrides());
+    if (!text.ok()) return Fail(text.status());
+    std::string tmpl = (fs::temp_directory_path() / "deltafin-plan-k3-XXXXXX").string();
+    std::vector<char> name(tmpl.begin(), tmpl.end());
+    name.push_back('\0');
+    if (::mkdtemp(name.data()) == nullptr) return Fail(Status::Error("cannot create a temp dir"));
+    k3_dir.path = name.data();
+    std::ofstream(k3_dir.path + "/config.json") << *text;
+    options.model_dir = k3_dir.path;
+  } else {
+    options.model_dir = a.model_dir;
+  }
+  auto base_info = Engine::Plan([&] {
+    EngineOptions o = options;
+    o.mem_limit = 1ull << 50;  // a plan that always fits: only the shape is wanted here
+    return o;
+  }());
+  if (!base_info.ok()) return Fail(base_info.status());
+  const ModelInfo& info = *base_info;
+
+  // The machine.
+  MachineProfile m;
+  std::vector<DepthResult> depths;
+  if (!profile_doc.is_null()) {
+    auto parsed = ProfileFromJson(profile_doc, "--profile " + a.profile);
+    if (!parsed.ok()) return UsageError(parsed.status().message());
+    m = *parsed;
+  } else {
+    m.name = "measured";
+    if (a.threads > 0) SetDefaultThreadCount(a.threads);
+    const auto t0 = Clock::now();
+    std::fprintf(stderr, "plan: measuring memory and kernels...\n");
+    const bench::ComputeProbe c = bench::MeasureCompute(a.quick);
+    m.memory_bps = c.memory_bps;
+    m.bf16_bps = c.bf16_bps;
+    m.int8_bps = c.int8_bps;
+    m.mxfp4_bps = c.mxfp4_bps;
+    m.bf16_call_s = c.bf16_call_s;
+    m.mxfp4_call_s = c.mxfp4_call_s;
+    m.fma_per_s = c.fma_per_s;
+    m.threads = c.threads;
+    std::vector<std::string> expert_files;
+    std::string spine_file;
+    TempDir probe_holder;
+    std::string disk_dir = a.probe_dir;
+    if (!a.model_dir.empty()) {
+      if (Status st = ModelShards(a.model_dir, &expert_files, &spine_file); !st.ok()) {
+        return Fail(st);
+      }
+      if (disk_dir.empty()) disk_dir = a.model_dir;
+    }
+    if (expert_files.empty() || !a.probe_dir.empty()) {
+      if (disk_dir.empty()) disk_dir = ".";
+      const uint64_t size =
+          std::max<uint64_t>(a.quick ? (128ull << 20) : (1ull << 30), 4 * info.expert_bytes);
+      std::fprintf(stderr, "plan: writing a %s probe file in %s...\n", FormatBytes(size).c_str(),
+                   disk_dir.c_str());
+      auto path = WriteProbeFile(disk_dir, size, &probe_holder);
+      if (!path.ok()) return Fail(path.status());
+      expert_files = {*path};
+      spine_file = *path;
+    }
+    std::fprintf(stderr, "plan: measuring direct reads of %s spans...\n",
+                 FormatBytes(info.expert_bytes).c_str());
+    const uint64_t seed = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+    std::vector<int> qds = {1, 2, 4, a.io_threads};
+    if (a.quick) qds = {1, a.io_threads};
+    std::sort(qds.begin(), qds.end());
+    qds.erase(std::unique(qds.begin(), qds.end()), qds.end());
+    for (int qd : qds) {
+      double cpu = 0;
+      auto bps = ProbeDirectReads(expert_files, info.expert_bytes, qd,
+                                  a.quick ? (64ull << 20) : (768ull << 20), a.quick ? 0.5 : 3.0,
+                                  seed + static_cast<uint64_t>(qd), &cpu);
+      if (!bps.ok()) return Fail(bps.status());
+      depths.push_back({qd, *bps});
+      if (qd == a.io_threads) {
+        m.expert_read_bps = *bps;
+        m.io_cpu_s_per_byte = cpu;
+      }
+    }
+    if (!spine_file.empty()) {
+      std::fprintf(stderr, "plan: measuring spine page reads...\n");
+      const uint64_t mean_matrix =
+          info.spine_bytes_per_token /
+          static_cast<uint64_t>(std::max<int64_t>(1, info.spine_products_per_token));
+      auto bps = ProbeSpinePages(spine_file, a.quick ? (64ull << 20) : (512ull << 20), mean_matrix);
+      if (!bps.ok()) return Fail(bps.status());
+      m.spine_read_bps = *bps;
+    }
+    m.free_disk = FreeDisk(disk_dir);
+    std::fprintf(stderr, "plan: measured in %.1f s\n", Seconds(t0, Clock::now()));
+  }
+  if (profile_doc.is_null()) {
+    auto budget = MachineMemoryBudget();
+    if (!budget.ok()) return Fail(budget.status());
+    m.ram_budget = budget->bytes;
+  }
+  const uint64_t machine_budget = mem_limit > 0 ? mem_limit : m.ram_budget;
+
+  // The scenarios, each with the budget `bench decode` gives it, for both spine formats.
+  StreamingAssumptions assume;
+  SpeculationAssumptions spec{a.acceptance, a.draft_tokens};
+  std::vector<Row> rows;
+  for (const std::string spine : {"bf16", "int8"}) {
+    EngineOptions o = options;
+    o.spine_int8 = spine == "int8";
+    auto shape = Engine::Plan([&] {
+      EngineOptions x = o;
+      x.mem_limit = 1ull << 50;
+      return x;
+    }());
+    if (!shape.ok()) return Fail(shape.status());
+    const ModelWorkload w = WorkloadFrom(*shape);
+    const uint64_t spine_bytes = shape->spine_bytes;
+    struct S {
+      const char* name;
+      uint64_t limit;
+      EngineOptions::Experts experts;
+      const char* note;
+    };
+    const S scenarios[] = {
+        {"resident", 1ull << 50, EngineOptions::Experts::kMapped,
+         "bench decode: every expert mapped in RAM, no limit"},
+        {"stream-spine-resident", spine_bytes + (1ull << 30), EngineOptions::Experts::kStreamed,
+         "bench decode: budget spine + 1 GiB"},
+        {"stream-spine-streamed", spine_bytes / 2, EngineOptions::Experts::kStreamed,
+         "bench decode: budget half the spine"},
+        {"auto", 0, EngineOptions::Experts::kAuto,
+         mem_limit > 0 ? "this machine at --mem-limit" : "this machine's memory budget"},
+    };
+    for (const S& s : scenarios) {
+      Row r;
+      r.plan = PlanScenario(s.name, spine, o, s.limit, s.experts, machine_budget);
+      if (r.plan.note.empty()) r.plan.note = s.note;
+      r.p = PredictScenario(m, w, r.plan, assume);
+      const uint64_t need = std::string(s.name) == "resident"
+                                ? spine_bytes + w.all_expert_bytes()
+                                : (s.limit > (1ull << 49) ? 0 : s.limit);
+      r.fits_machine = r.p.feasible && need <= machine_budget + kProcessOverhead;
+      rows.push_back(r);
+      if (std::string(s.name) == "auto" && r.p.feasible) {
+        Row sp = r;
+        sp.p = PredictSpeculative(m, w, r.p, spec);
+        sp.plan.name = sp.p.name;
+        rows.push_back(sp);
+      }
+    }
+  }
+
+  // The table.
+  std::printf("deltafin plan: %s (%s)\n",
+              a.k3 ? "Kimi K3 (sizes from its config)" : a.model_dir.c_str(), m.name.c_str());
+  std::printf(
+      "model: %lld layers (%lld MoE), %lld experts top-%lld of %s; spine %s BF16, reads %s of "
+      "it per token\n",
+      static_cast<long long>(info.num_layers), static_cast<long long>(info.num_moe_layers),
+      static_cast<long long>(info.num_experts), static_cast<long long>(info.experts_per_token),
+      FormatBytes(info.expert_bytes).c_str(), FormatBytes(info.spine_bytes).c_str(),
+      FormatBytes(info.spine_bytes_per_token).c_str());
+  std::printf(
+      "machine: expert reads %.2f GB/s at queue depth %d, spine page reads %.2f GB/s, memory "
+      "%.1f GB/s, kernels BF16 %.1f / int8 %.1f / MXFP4 %.1f GB/s (+%.1f / %.1f us a call), %d "
+      "threads, RAM budget %s%s, free disk %s\n",
+      m.expert_read_bps / 1e9, a.io_threads, m.spine_read_bps / 1e9, m.memory_bps / 1e9,
+      m.bf16_bps / 1e9, m.int8_bps / 1e9, m.mxfp4_bps / 1e9, m.bf16_call_s * 1e6,
+      m.mxfp4_call_s * 1e6, m.threads, FormatBytes(machine_budget).c_str(),
+      mem_limit > 0 ? " (--mem-limit)" : "", FormatBytes(m.free_disk).c_str());
+  if (!depths.empty()) {
+    std::printf("direct reads by queue depth:");
+    for (const auto& d : depths) std::printf("  %d: %.2f GB/s", d.depth, d.bps / 1e9);
+    std::printf("\n");
+  }
+  std::printf("\n%-34s %-5s %10s %9s %7s %9s %8s %8s %8s %10s %-7s %s\n", "scenario", "spine",
+              "budget", "cache", "hit", "GB/token", "disk s", "spine s", "compute", "s/token",
+              "bound", "fits here");
+  for (const Row& r : rows) {
+    if (!r.p.feasible) {
+      std::printf("%-34s %-5s %s\n", r.plan.name.c_str(), r.plan.spine.c_str(),
+                  ("not possible: " + r.p.note).c_str());
+      continue;
+    }
+    std::printf("%-34s %-5s %10s %9s %6.1f%% %9s %8.3f %8.3f %8.3f %10.3f %-7s %s\n",
+                r.plan.name.c_str(), r.plan.spine.c_str(),
+                r.plan.name == "resident" ? "none" : FormatBytes(r.plan.budget).c_str(),
+                r.plan.experts_streamed ? FormatBytes(r.plan.expert_cache_bytes).c_str() : "mapped",
+                100 * r.p.expert_hit_rate, Gb(static_cast<double>(r.p.bytes_read)).c_str(),
+                r.p.expert_disk_s, r.p.spine_disk_s, r.p.compute_s, r.p.s_per_token,
+                r.p.bound.c_str(), r.fits_machine ? "yes" : "no: needs more RAM");
+  }
+  std::printf(
+      "\nresident / stream-* are `bench decode --scenario NAME [--spine int8]` (their budgets, "
+      "not this machine's); auto is what `run` does here. int8 needs `deltafin "
+      "convert-spine-int8` (not weight-exact). +speculation: %d drafted tokens a pass, acceptance "
+      "%.2f; a prediction only, the engine does not implement speculative decoding.\n",
+      spec.draft_tokens, spec.acceptance);
+
+  // The recommendation.
+  const Row* best = nullptr;
+  for (const Row& r : rows) {
+    if (!r.p.feasible || !r.fits_machine || r.p.name.find("speculation") != std::string::npos)
+      continue;
+    if (r.plan.name != "auto") continue;
+    if (best == nullptr || r.p.s_per_token < best->p.s_per_token) best = &r;
+  }
+  std::printf("\nrecommendation:\n");
+  if (best == nullptr) {
+    std::printf("  nothing runs in this machine's memory budget; see the table's notes\n");
+  } else {
+    std::printf(
+        "  run with --spine %s%s: %.3f s/token predicted (%s-bound; spine %s, experts %s)\n",
+        best->p.spine.c_str(),
+        best->p.spine == "int8" ? " (after convert-spine-int8; logits differ from BF16)" : "",
+        best->p.s_per_token, best->p.bound.c_str(),
+        best->plan.spine_resident ? "resident" : "re-read from disk every token",
+        best->plan.experts_streamed ? "streamed" : "mapped");
+    // More RAM: the smallest budget (spine + 1, 2, 4, ... GiB) whose plan keeps the spine resident.
+    if (!best->plan.spine_resident) {
+      EngineOptions o = options;
+      o.spine_int8 = best->p.spine == "int8";
+      o.mem_limit = 1ull << 50;
+      auto shape = Engine::Plan(o);
+      for (uint64_t extra = 1ull << 30; shape.ok() && extra <= (1ull << 40); extra *= 2) {
+        const ScenarioPlan more =
+            PlanScenario("more RAM", best->p.spine, options, shape->spine_bytes + extra,
+                         EngineOptions::Experts::kStreamed, machine_budget);
+        if (!more.fits || !more.spine_resident) continue;
+        const Prediction mp = PredictScenario(m, WorkloadFrom(*shape), more, assume);
+        std::printf(
+            "  more RAM: a budget of %s keeps the spine resident: %.3f s/token (%s-bound)\n",
+            FormatBytes(more.budget).c_str(), mp.s_per_token, mp.bound.c_str());
+        break;
+      }
+    }
+    for (const Row& r : rows) {
+      if (r.plan.spine != best->p.spine || r.plan.name != "resident" || !r.p.feasible) continue;
+      std::printf("  all in RAM (%s): %.3f s/token (compute-bound)\n",
+                  FormatBytes(info.spine_bytes + WorkloadFrom(info).all_expert_bytes()).c_str(),
+                  r.p.s_per_token);
+    }
+    MachineProfile fast = m;
+    fast.expert_read_bps *= 2;
+    fast.spine_read_bps *= 2;
+    EngineOptions o = options;
+    o.spine_int8 = best->p.spine == "int8";
+    o.mem_limit = 1ull << 50;
+    auto shape = Engine::Plan(o);
+    if (shape.ok()) {
+      const Prediction f = PredictScenario(fast, WorkloadFrom(*shape), best->plan, assume);
+      std::printf("  a disk twice as fast: %.3f s/token (%s-bound)\n", f.s_per_token,
+                  f.bound.c_str());
+    }
+  }
+  const uint64_t full = info.spine_bytes + WorkloadFrom(info).all_expert_bytes();
+  std::printf(
+      "  install: a full install needs %s on disk (free: %s)%s; a stream install (`setup "
+      "--stream`) fetches each expert on first use, so early tokens are bound by the network "
+      "(not predicted here), then run as above\n",
+      FormatBytes(full).c_str(), m.free_disk > 0 ? FormatBytes(m.free_disk).c_str() : "unknown",
+      m.free_disk > 0 && m.free_disk < full ? ": it does not fit, use a stream install" : "");
+
+  if (!a.json_path.empty()) {
+    json doc;
+    doc["model"] = a.k3 ? "kimi-k3" : a.model_dir;
+    doc["profile"] = ProfileJson(m);
+    doc["mem_limit"] = machine_budget;
+    json queue = json::array();
+    for (const auto& d : depths) queue.push_back({{"depth", d.depth}, {"gbps", d.bps / 1e9}});
+    doc["direct_read_by_queue_depth"] = queue;
+    doc["speculation"] = {{"draft_tokens", spec.draft_tokens},
+                          {"acceptance", spec.acceptance},
+                          {"implemented", false}};
+    json list = json::array();
+    for (const Row& r : rows) {
+      json s = {{"name", r.plan.name},
+                {"spine", r.plan.spine},
+                {"feasible", r.p.feasible},
+                {"fits_this_machine", r.fits_machine},
+                {"note", r.p.note}};
+      if (r.p.feasible) {
+        s["predicted_s_per_token"] = r.p.s_per_token;
+        s["bytes_read_per_token"] = r.p.bytes_read;
+        s["bound"] = r.p.bound;
+        s["compute_s"] = r.p.compute_s;
+        s["expert_disk_s"] = r.p.expert_disk_s;
+        s["spine_disk_s"] = r.p.spine_disk_s;
+        s["exposed_io_s"] = r.p.exposed_io_s;
+        s["expert_hit_rate"] = r.p.expert_hit_rate;
+        s["memory_budget"] = r.plan.budget;
+        s["expert_cache_bytes"] = r.plan.expert_cache_bytes;
+        s["spine_resident"] = r.plan.spine_resident;
+        s["experts_streamed"] = r.plan.experts_streamed;
+      } else {
+        s["predicted_s_per_token"] = nullptr;
+      }
+      list.push_back(std::move(s));
+    }
+    doc["scenarios"] = std::move(list);
+    const std::string text = doc.dump(1) + "\n";
+    if (Status st = WriteFileAtomically(a.json_path, text.data(), text.size()); !st.ok()) {
+      return Fail(st);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterPlan(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan",
+      "Measure this machine (disk, memory, kernels) and predict seconds per token for each way "
+      "to run a model: spine BF16 or int8, resident or streamed, with speculation (docs/PLAN.md)");
+  cmd->add_option("--model", args->model_dir, "Model folder to plan (its config and shards)");
+  cmd->add_flag("--k3", args->k3, "Plan the real Kimi K3 from its config, without a download");
+  cmd->add_option("--mem-limit", args->mem_limit,
+                  "RAM for the `auto` scenario (e.g. 64G); default: this machine's budget");
+  cmd->add_option("--json", args->json_path,
+                  "Also write the scenarios (and the profile) as JSON; --profile reads it back");
+  cmd->add_option("--profile", args->profile,
+                  "State the machine instead of measuring it: a JSON file (a --json output or "
+                  "docs/PLAN.md's fields) or m1-max");
+  cmd->add_option("--probe-dir", args->probe_dir,
+                  "Probe the disk with a temporary file here (default: the model's expert "
+                  "shards; with --k3 the current folder); removed afterwards");
+  cmd->add_flag("--quick", args->quick, "Shorter measurements (seconds; rougher numbers)");
+  cmd->add_option("--io-threads", args->io_threads, "The engine's expert reads in flight")
+      ->check(IntRange(1, 256));
+  cmd->add_option("--threads", args->threads, "Compute threads (0 = every available CPU)")
+      ->check(IntRange(0, 4096));
+  cmd->add_option("--acceptance", args->acceptance,
+                  "Speculation: probability a drafted token is accepted (prediction only)")
+      ->check(NumberRange(0.0, 0.99));
+  cmd->add_option("--draft-tokens", args->draft_tokens, "Speculation: drafted tokens per pass")
+      ->check(IntRange(1, 64));
+  cmd->callback([args, exit_code] { *exit_code = RunPlan(*args); });
+}
+
+}  // namespace deltafin::cli

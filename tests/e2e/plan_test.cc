@@ -1,0 +1,158 @@
+// End to end through the binary: `deltafin plan` (docs/PLAN.md). On the tiny model it measures
+// this machine (--quick) and writes JSON whose scenarios carry `bench decode`'s names with a
+// prediction, the bytes read and the bound; `--k3` plans the real K3 from a stated profile and
+// from a probe file it removes afterwards; bad input (no model, a missing folder, a bad
+// --mem-limit or profile) is a one-line error with the usage exit code 2.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "cli_runner.h"
+#include "unit/test_files.h"
+
+namespace deltafin::testing {
+namespace {
+
+using nlohmann::json;
+
+class PlanTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new ScopedTempDir;
+    model_ = new std::string(dir_->Join("tiny"));
+    auto made = RunCli("make-model --preset tiny --seed 5 --no-sync --out " + ShellQuote(*model_));
+    ASSERT_EQ(made.exit_code, 0) << made.output;
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete dir_;
+  }
+  static std::string Model() { return ShellQuote(*model_); }
+  static std::string Path(const std::string& name) { return ShellQuote(dir_->Join(name)); }
+  static json ReadJson(const std::string& name) {
+    return json::parse(ReadTextFile(dir_->Join(name)), nullptr, false);
+  }
+  // Every scenario of bench decode, for both spines, predicted with a finite positive number.
+  static void ExpectScenarios(const json& j, bool all_feasible) {
+    ASSERT_TRUE(j.is_object());
+    ASSERT_TRUE(j.contains("scenarios"));
+    std::set<std::string> names;
+    for (const auto& s : j["scenarios"]) {
+      ASSERT_TRUE(s.contains("name") && s["name"].is_string());
+      names.insert(s["name"].get<std::string>() + "/" + s["spine"].get<std::string>());
+      if (!s["feasible"].get<bool>()) {
+        EXPECT_FALSE(all_feasible) << s.dump();
+        continue;
+      }
+      const double v = s["predicted_s_per_token"].get<double>();
+      EXPECT_TRUE(std::isfinite(v) && v > 0) << s.dump();
+      EXPECT_TRUE(s["bytes_read_per_token"].is_number_unsigned()) << s.dump();
+      const std::string bound = s["bound"].get<std::string>();
+      EXPECT_TRUE(bound == "disk" || bound == "compute") << s.dump();
+    }
+    for (const char* n : {"resident", "stream-spine-resident", "stream-spine-streamed"}) {
+      for (const char* spine : {"bf16", "int8"}) {
+        EXPECT_TRUE(names.count(std::string(n) + "/" + spine)) << n << " " << spine;
+      }
+    }
+  }
+  static ScopedTempDir* dir_;
+  static std::string* model_;
+};
+
+ScopedTempDir* PlanTest::dir_ = nullptr;
+std::string* PlanTest::model_ = nullptr;
+
+TEST_F(PlanTest, TinyModelJson) {
+  auto r = RunCli("plan --model " + Model() + " --quick --json " + Path("plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("recommendation:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("not implement speculative decoding"), std::string::npos) << r.output;
+  const json j = ReadJson("plan.json");
+  // The tiny model's half-spine budget is too small for its session: that row says why.
+  ExpectScenarios(j, false);
+  // Streaming reads bytes; everything mapped reads none.
+  for (const auto& s : j["scenarios"]) {
+    if (!s["feasible"].get<bool>()) {
+      EXPECT_EQ(s["name"], "stream-spine-streamed") << s.dump();
+      EXPECT_NE(s["note"].get<std::string>().find("too small"), std::string::npos) << s.dump();
+      continue;
+    }
+    if (s["name"] == "stream-spine-resident") {
+      // Spine + 1 GiB leaves a cache that holds every one of the tiny model's 10 MB of experts.
+      EXPECT_TRUE(s["spine_resident"].get<bool>());
+      EXPECT_EQ(s["expert_hit_rate"].get<double>(), 1.0);
+      EXPECT_EQ(s["bytes_read_per_token"].get<uint64_t>(), 0u);
+    }
+    if (s["name"] == "resident") {
+      EXPECT_EQ(s["bytes_read_per_token"].get<uint64_t>(), 0u);
+    }
+  }
+  // The measured profile reads back as --profile and gives the same predictions.
+  auto again = RunCli("plan --model " + Model() + " --profile " + Path("plan.json") + " --json " +
+                      Path("again.json"));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  const json k = ReadJson("again.json");
+  ASSERT_EQ(k["scenarios"].size(), j["scenarios"].size());
+  for (size_t i = 0; i < k["scenarios"].size(); ++i) {
+    const auto& a = j["scenarios"][i];
+    const auto& b = k["scenarios"][i];
+    if (!a["feasible"].get<bool>()) continue;
+    EXPECT_NEAR(a["predicted_s_per_token"].get<double>(), b["predicted_s_per_token"].get<double>(),
+                1e-6 * a["predicted_s_per_token"].get<double>())
+        << a.dump();
+  }
+}
+
+TEST_F(PlanTest, K3StatedProfile) {
+  auto r = RunCli("plan --k3 --profile m1-max --mem-limit 64G --json " + Path("k3.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = ReadJson("k3.json");
+  ExpectScenarios(j, false);
+  for (const auto& s : j["scenarios"]) {
+    // K3's experts do not fit 64 GB: every streamed scenario reads at least 16 x 92 experts'
+    // worth minus what a cache holds, and a spine that is not resident adds ~55-111 GB.
+    if (s["name"] == "stream-spine-streamed" && s["feasible"].get<bool>()) {
+      EXPECT_GT(s["bytes_read_per_token"].get<double>(), 50e9) << s.dump();
+      EXPECT_EQ(s["bound"], "disk");
+    }
+  }
+}
+
+TEST_F(PlanTest, K3ProbeFileIsRemoved) {
+  ScopedTempDir probe;
+  auto r = RunCli("plan --k3 --quick --probe-dir " + ShellQuote(probe.path()) + " --json " +
+                  Path("k3m.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ExpectScenarios(ReadJson("k3m.json"), false);
+  EXPECT_TRUE(std::filesystem::is_empty(probe.path())) << "the probe file was left behind";
+}
+
+TEST_F(PlanTest, BadInputIsAUsageError) {
+  struct Case {
+    std::string args, message;
+  };
+  const Case cases[] = {
+      {"plan", "give either --model DIR or --k3"},
+      {"plan --k3 --model " + Model(), "give either --model DIR or --k3"},
+      {"plan --model " + Path("no-such-model"), "no such directory"},
+      {"plan --model " + Path(""), "no config.json"},
+      {"plan --k3 --mem-limit lots", "--mem-limit: cannot parse the size 'lots'"},
+      {"plan --k3 --mem-limit 12X", "unknown size unit"},
+      {"plan --k3 --profile " + Path("no-such.json"), "no such file"},
+      {"plan --k3 --probe-dir " + Path("no-such-dir"), "--probe-dir"},
+  };
+  for (const Case& c : cases) {
+    auto r = RunCli(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find("error: "), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace deltafin::testing

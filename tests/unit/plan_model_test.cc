@@ -1,0 +1,200 @@
+// The planner's arithmetic (src/cli/plan_model.h): for a stated profile and workload every
+// prediction is the formula of docs/PLAN.md, worked out here by hand; and the real K3's decode
+// workload, computed by Engine::Plan from the config `plan --k3` makes, equals the spec's byte
+// accounting. Deterministic: nothing is timed or read from disk but one temporary config.json.
+#include "cli/plan_model.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "deltafin/engine.h"
+#include "modelgen/make_model.h"
+
+namespace deltafin::cli {
+namespace {
+
+// Round numbers, so the expected values below can be checked on paper.
+MachineProfile Profile() {
+  MachineProfile m;
+  m.name = "test";
+  m.expert_read_bps = 2e9;
+  m.spine_read_bps = 1e9;
+  m.memory_bps = 20e9;
+  m.bf16_bps = 10e9;
+  m.int8_bps = 8e9;
+  m.mxfp4_bps = 5e9;
+  m.bf16_call_s = 10e-6;
+  m.mxfp4_call_s = 20e-6;
+  m.fma_per_s = 100e9;
+  m.io_cpu_s_per_byte = 0;
+  m.threads = 2;
+  return m;
+}
+
+ModelWorkload Workload() {
+  ModelWorkload w;
+  w.spine_bytes = 2'000'000'000;
+  w.spine_bytes_per_token = 1'000'000'000;
+  w.spine_products = 1000;
+  w.router_bytes = 1'000'000;
+  w.recurrent_state_bytes = 100'000'000;
+  w.expert_bytes = 1'000'000;
+  w.experts_per_token = 10;
+  w.num_experts = 100;
+  w.num_moe_layers = 10;
+  return w;
+}
+
+TEST(PlanModelTest, ResidentComputeIsBytesOverRatePlusCalls) {
+  const MachineProfile m = Profile();
+  const ModelWorkload w = Workload();
+  // spine 1e9 / 10e9 = 0.1 s + 1000 calls x 10 us = 0.01; experts 100 x 1e6 / 5e9 = 0.02 +
+  // 300 calls x 20 us = 0.006; state 2 x 1e8 / 2e10 = 0.01.
+  EXPECT_NEAR(ResidentComputeSeconds(m, w, false), 0.1 + 0.01 + 0.02 + 0.006 + 0.01, 1e-12);
+  // int8: spine at 8 GB/s = 0.125.
+  EXPECT_NEAR(ResidentComputeSeconds(m, w, true), 0.125 + 0.01 + 0.02 + 0.006 + 0.01, 1e-12);
+  ScenarioPlan p;
+  p.name = "resident";
+  p.spine = "bf16";
+  const Prediction r = PredictScenario(m, w, p);
+  EXPECT_NEAR(r.s_per_token, 0.146, 1e-12);
+  EXPECT_EQ(r.bytes_read, 0u);
+  EXPECT_EQ(r.bound, "compute");
+}
+
+TEST(PlanModelTest, StreamedExpertsWithResidentSpine) {
+  MachineProfile m = Profile();
+  const ModelWorkload w = Workload();
+  ScenarioPlan p;
+  p.name = "stream-spine-resident";
+  p.spine = "bf16";
+  p.experts_streamed = true;
+  p.expert_cache_bytes = 100'500'000;  // 100 whole experts of 1000: 10% hits
+  StreamingAssumptions a;
+  a.lookahead_recall = 0.8;
+  a.lookahead_waste = 0.1;
+  a.demand_exposed = 0.5;
+  const Prediction r = PredictScenario(m, w, p, a);
+  EXPECT_NEAR(r.expert_hit_rate, 0.1, 1e-12);
+  // needed 100 x 1e6 x 0.9 = 9e7 B; read 9.9e7 B; disk 9.9e7 / 2e9 = 0.0495 s.
+  EXPECT_EQ(r.expert_bytes_needed, 90'000'000u);
+  EXPECT_EQ(r.bytes_read, 99'000'000u);
+  EXPECT_NEAR(r.expert_disk_s, 0.0495, 1e-12);
+  // compute 0.146 + 10 lookahead routers x (1e6 / 1e10 + 10 us) = 0.146 + 0.0011.
+  EXPECT_NEAR(r.compute_s, 0.1471, 1e-12);
+  // exposed (1 - 0.8) x 0.5 x min(0.1471, 0.0495); total max(...) + exposed.
+  EXPECT_NEAR(r.exposed_io_s, 0.1 * 0.0495, 1e-12);
+  EXPECT_NEAR(r.s_per_token, 0.1471 + 0.00495, 1e-12);
+  EXPECT_EQ(r.bound, "compute");
+
+  // A disk 10x slower makes it disk-bound: 0.495 s of reads.
+  m.expert_read_bps = 2e8;
+  const Prediction slow = PredictScenario(m, w, p, a);
+  EXPECT_EQ(slow.bound, "disk");
+  EXPECT_NEAR(slow.s_per_token, 0.495 + 0.1 * 0.1471, 1e-12);
+
+  // Reader CPU time is shared by the compute threads: 1 ns a byte x 9.9e7 B / 2 threads.
+  m = Profile();
+  m.io_cpu_s_per_byte = 1e-9;
+  EXPECT_NEAR(PredictScenario(m, w, p, a).compute_s, 0.1471 + 0.0495, 1e-12);
+}
+
+TEST(PlanModelTest, StreamedSpineIsReReadEveryToken) {
+  const MachineProfile m = Profile();
+  const ModelWorkload w = Workload();
+  ScenarioPlan p;
+  p.name = "stream-spine-streamed";
+  p.spine = "bf16";
+  p.experts_streamed = true;
+  p.spine_resident = false;
+  p.expert_cache_bytes = 0;
+  StreamingAssumptions a;
+  a.lookahead_recall = 1;
+  a.lookahead_waste = 0;
+  const Prediction r = PredictScenario(m, w, p, a);
+  // spine 1e9 B at 1 GB/s = 1 s before the layers; experts 1e8 / 2e9 = 0.05 s hidden by compute.
+  EXPECT_NEAR(r.spine_disk_s, 1.0, 1e-12);
+  EXPECT_EQ(r.bytes_read, 1'100'000'000u);
+  EXPECT_NEAR(r.s_per_token, 1.0 + 0.1471, 1e-12);
+  EXPECT_EQ(r.bound, "disk");
+}
+
+TEST(PlanModelTest, RefusedPlanIsNotPredicted) {
+  ScenarioPlan p;
+  p.name = "stream-spine-streamed";
+  p.fits = false;
+  p.note = "memory budget too small";
+  const Prediction r = PredictScenario(Profile(), Workload(), p);
+  EXPECT_FALSE(r.feasible);
+  EXPECT_EQ(r.note, "memory budget too small");
+}
+
+TEST(PlanModelTest, SpeculationAmortisesTheSpineNotTheExperts) {
+  const MachineProfile m = Profile();
+  const ModelWorkload w = Workload();
+  ScenarioPlan p;
+  p.name = "auto";
+  p.spine = "bf16";
+  const Prediction base = PredictScenario(m, w, p);
+  SpeculationAssumptions s;
+  s.acceptance = 0.5;
+  s.draft_tokens = 1;  // 2 rows a pass, 1 + 0.5 = 1.5 tokens a pass
+  const Prediction r = PredictSpeculative(m, w, base, s);
+  // fixed: spine 0.11 + other 0.01 (state); per row: 5e8 weights / 1e11 = 0.005 and experts 0.026.
+  const double verify = 0.11 + 0.01 + 2 * 0.005 + 2 * 0.026;
+  EXPECT_NEAR(r.s_per_token, verify / 1.5, 1e-12);
+  EXPECT_LT(r.s_per_token, base.s_per_token);
+  EXPECT_EQ(r.name, "auto+speculation");
+  EXPECT_NE(r.note.find("not implemented"), std::string::npos);
+  // Acceptance 0: every pass yields one token and costs more than a plain step.
+  s.acceptance = 0;
+  EXPECT_GT(PredictSpeculative(m, w, base, s).s_per_token, base.s_per_token);
+}
+
+// `plan --k3`'s config through the engine's own planner gives the spec's byte accounting
+// (spec §2.11), so the K3 numbers are computed from the config rather than typed in.
+TEST(PlanModelTest, K3WorkloadFromConfigMatchesSpec) {
+  auto text = PresetConfigJson("bench", K3ConfigOverrides());
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("plan_model_test_" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << *text;
+  EngineOptions o;
+  o.model_dir = dir;
+  o.mem_limit = 1ull << 50;
+  auto bf16 = Engine::Plan(o);
+  o.spine_int8 = true;
+  auto int8 = Engine::Plan(o);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(bf16.ok()) << bf16.status().message();
+  ASSERT_TRUE(int8.ok()) << int8.status().message();
+  EXPECT_EQ(bf16->hidden_size, 7168);
+  EXPECT_EQ(bf16->num_moe_layers, 92);
+  EXPECT_EQ(bf16->experts_per_token, 16);
+  EXPECT_EQ(bf16->expert_bytes, 17'547'264u);
+  EXPECT_EQ(bf16->spine_bytes, 113'509'540'864u);
+  EXPECT_EQ(bf16->spine_bytes_per_token, 111'160'744'960u);
+  // The resident int8 spine is the spec's on-disk accounting (57,974,619,328 B) plus two
+  // documented departures: MLA's kv_b_proj stays BF16 (24 layers x 24576 x 512 weights: one
+  // byte more a weight, no f16 row scales) and row scales are widened to fp32 in RAM (2 bytes a
+  // row more, under 10 M rows).
+  const uint64_t kv_b_bf16 = 24ull * (24576 * 512 - 24576 * 2);
+  const uint64_t int8_spec = 57'974'619'328u + kv_b_bf16;
+  EXPECT_GE(int8->spine_bytes, int8_spec);
+  EXPECT_LT(int8->spine_bytes, int8_spec + 20'000'000u);
+  // Both formats read all but the embedding table (BF16 in both), whose one row is read.
+  EXPECT_EQ(bf16->spine_bytes - bf16->spine_bytes_per_token,
+            int8->spine_bytes - int8->spine_bytes_per_token);
+  // 69 KDA layers x 96 heads x 128 x 128 fp32.
+  EXPECT_EQ(bf16->recurrent_state_bytes, 434'110'464u);
+}
+
+}  // namespace
+}  // namespace deltafin::cli
