@@ -8,9 +8,6 @@
 // whose progress line matches files of the right sizes (and, with --verify, the right sha256s),
 // re-converts the rest, and finally writes manifest.json atomically. manifest.json is removed
 // before any tensor is (re)written, so the engine never loads a half-converted folder.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -26,6 +23,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "format/checkpoint.h"
+#include "io/durable_file.h"
 #include "io/mapped_file.h"
 #include "io/sha256.h"
 #include "model/spine_int8.h"
@@ -59,30 +57,6 @@ struct Entry {
 };
 
 std::string Errno() { return std::strerror(errno); }
-
-Status WriteAll(int fd, const void* data, size_t size, const std::string& path) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::Error(path + ": write failed: " + Errno());
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
-
-Status AppendLineDurable(const std::string& path, const std::string& line) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::Error(path + ": cannot open: " + Errno());
-  const std::string text = line + "\n";
-  Status st = WriteAll(fd, text.data(), text.size(), path);
-  if (st.ok() && ::fsync(fd) != 0) st = Status::Error(path + ": fsync failed: " + Errno());
-  ::close(fd);
-  return st;
-}
 
 uint64_t FileSize(const std::string& path) {
   std::error_code ec;
@@ -202,7 +176,7 @@ Status Convert(const ConvertArgs& args, bool* mismatched) {
     nlohmann::json header = {{"format", kSpineInt8Format},
                              {"format_version", kSpineInt8FormatVersion},
                              {"source", {{"config_sha256", config_sha}}}};
-    DF_RETURN_IF_ERROR(AppendLineDurable(progress, header.dump()));
+    DF_RETURN_IF_ERROR(AppendFileDurably(progress, header.dump() + "\n"));
   }
 
   // Decide what to (re)convert before writing anything.
@@ -225,14 +199,14 @@ Status Convert(const ConvertArgs& args, bool* mismatched) {
     if (std::remove(manifest_path.c_str()) != 0) {
       return Status::Error(manifest_path + ": cannot remove: " + Errno());
     }
-    setup::SyncDirectory(out_dir);
+    SyncDirectory(out_dir);
   }
   uint64_t bytes_done = 0;
   for (size_t i = 0; i < todo.size(); ++i) {
     const std::string& name = todo[i];
     const TensorView view = ckpt.View(*ckpt.Find(name));
     DF_ASSIGN_OR_RETURN(Entry e, ConvertTensor(out_dir, name, view));
-    DF_RETURN_IF_ERROR(AppendLineDurable(progress, e.ToJson().dump()));
+    DF_RETURN_IF_ERROR(AppendFileDurably(progress, e.ToJson().dump() + "\n"));
     done[name] = e;
     bytes_done += view.bytes;
     std::printf("[%zu/%zu] %s [%lld x %lld]\n", i + 1, todo.size(), name.c_str(),
