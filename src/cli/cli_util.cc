@@ -10,8 +10,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/byte_size.h"
 #include "base/log.h"
-#include "experts/memory_plan.h"
 #include "io/durable_file.h"
 #include "setup/installer.h"
 #include "setup/stream_store.h"

@@ -23,12 +23,12 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "base/byte_size.h"
 #include "base/log.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/memory_cgroup.h"
 #include "cli/token_stats.h"
-#include "experts/memory_plan.h"
 #include "report/svg.h"
 
 namespace deltafin::cli {
@@ -300,7 +300,7 @@ int RunDecodeBench(const DecodeBenchArgs& a) {
     if (!cg.ok()) return Fail(cg.status());
     cgroup = std::move(*cg);
     if (!DropPageCache()) LogInfo("warning: cannot drop the page cache (not root)");
-    LogInfo("running under a memory cgroup limit of " + FormatBytes(limit) + " (" + cgroup.path() +
+    LogInfo("running under a memory cgroup limit of " + HumanBytes(limit) + " (" + cgroup.path() +
             ")");
   } else if (limit > 0) {
     LogInfo("warning: --no-memory-limit: the page cache may serve reads the budget excludes");
@@ -338,7 +338,7 @@ int RunDecodeBench(const DecodeBenchArgs& a) {
     std::remove(json_tmp);
     return Fail(Status::Error(
         "the benchmark process was killed by signal " + std::to_string(WTERMSIG(wstatus)) +
-        (limit > 0 ? " (out of memory under the " + FormatBytes(limit) + " limit?)"
+        (limit > 0 ? " (out of memory under the " + HumanBytes(limit) + " limit?)"
                    : std::string())));
   }
   if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {

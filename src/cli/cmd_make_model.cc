@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "base/byte_size.h"
 #include "cli/commands.h"
 #include "modelgen/make_model.h"
 
@@ -46,8 +47,8 @@ void PrintProgress(uint64_t done, uint64_t total) {
   if (total < (1ull << 30) || done == total) return;
   if (Clock::now() - last < std::chrono::seconds(5)) return;
   last = Clock::now();
-  std::fprintf(stderr, "make-model: %.2f / %.2f GB (%.0f%%)\n", static_cast<double>(done) / 1e9,
-               static_cast<double>(total) / 1e9,
+  std::fprintf(stderr, "make-model: %s / %s (%.0f%%)\n", HumanBytes(done).c_str(),
+               HumanBytes(total).c_str(),
                100.0 * static_cast<double>(done) / static_cast<double>(total));
 }
 
