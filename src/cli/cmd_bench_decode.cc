@@ -1,5 +1,5 @@
 // `deltafin bench decode`: decode speed against the physical floor, per the scenarios of
-// shared/bench/README.md, under a real memory limit.
+// docs/PERFORMANCE.md "Benchmark definitions", under a real memory limit.
 //
 // The parent process works out the scenario's RAM budget from the model's plan, creates a memory
 // cgroup with that limit, drops the page cache, and forks; the child joins the cgroup before it
@@ -372,7 +372,7 @@ void RegisterBenchDecode(CLI::App* bench, int* exit_code) {
   CLI::App* cmd = bench->add_subcommand(
       "decode",
       "Decode seconds per token against the floor (disk bytes / measured disk bandwidth, or "
-      "compute), under a real memory limit (shared/bench/README.md scenarios)");
+      "compute), under a real memory limit (scenarios: docs/PERFORMANCE.md)");
   args->model.Add(cmd);
   args->model.quiet_plan = true;
   cmd->add_option("--scenario", args->scenario,

@@ -19,7 +19,7 @@ namespace {
 constexpr char kFooter[] = R"(Presets:
   tiny   spec §7 dimensions (hidden 256, 9 layers, 64 experts top-4, 4 expert groups keep 2)
          with a 1024-entry vocabulary (768 BPE ranks + 256 specials); about 27 MB.
-  bench  K3's structure and routing shape scaled down (shared/bench/README.md): 93 layers,
+  bench  K3's structure and routing shape scaled down (docs/PERFORMANCE.md): 93 layers,
          hidden 1024, 896 experts top-16, groups 1/1, vocabulary 32768; about 19 GB
          (17.2 GB of experts).
 

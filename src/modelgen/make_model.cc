@@ -91,8 +91,8 @@ constexpr PresetDims kTiny = {.vocab_size = 1024,
                               .num_expert_group = 4,
                               .topk_group = 2};
 
-// shared/bench/README.md: K3's structure and routing shape (93 layers, 896 experts, top-16,
-// groups 1/1), widths scaled down; ~17 GB of experts.
+// docs/PERFORMANCE.md "Benchmark definitions": K3's structure and routing shape (93 layers, 896
+// experts, top-16, groups 1/1), widths scaled down; ~17 GB of experts.
 constexpr PresetDims kBench = {.vocab_size = 32768,
                                .hidden_size = 1024,
                                .intermediate_size = 4864,
