@@ -63,7 +63,7 @@ CLI::Validator OneOf(std::vector<std::string> choices) {
     brace += (brace.empty() ? "" : ",") + c;
   }
   return CLI::Validator(
-      [choices, list](std::string& input) -> std::string {
+      [choices = std::move(choices), list](std::string& input) -> std::string {
         for (const auto& c : choices) {
           if (input == c) return "";
         }

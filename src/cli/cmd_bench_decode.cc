@@ -222,9 +222,10 @@ std::string DecodeSvg(const nlohmann::json& j) {
     }
   }
   order.push_back(OpFamily::kOther);
-  for (OpFamily f : order) bars.series.push_back(OpFamilyName(f));
+  for (OpFamily f : order) bars.series.emplace_back(OpFamilyName(f));
   for (const auto& step : j.at("steps")) {
     std::vector<double> values;
+    values.reserve(order.size());
     for (OpFamily f : order) values.push_back(step.at("ops").value(OpFamilyName(f), 0.0));
     bars.values.push_back(std::move(values));
     bars.marks.push_back(step.value("floor_s", -1.0));
