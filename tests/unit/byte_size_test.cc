@@ -26,7 +26,7 @@ TEST(ByteSize, PrintedSizesReadBack) {
                                uint64_t{17550000}, uint64_t{2} << 40}) {
     std::string text = HumanBytes(bytes);
     text.erase(text.find(' '), 1);  // "1.50 GiB" -> "1.50GiB"
-    const auto parsed = ParseByteSize(text);
+    auto parsed = ParseByteSize(text);
     ASSERT_TRUE(parsed.ok()) << text << ": " << parsed.status().message();
     // Two decimals: within half a hundredth of the unit.
     EXPECT_LE(std::fabs(static_cast<double>(*parsed) - static_cast<double>(bytes)),
