@@ -12,6 +12,7 @@ PACKAGES=(
   g++-aarch64-linux-gnu qemu-user        # ARM64 cross build of the kernel tests, run under qemu
   libhwy-dev:arm64 libgtest-dev:arm64    # ... its target libraries (Debian multiarch)
   clang-format                           # formatting check in the test script
+  clang-tidy                             # static checks in the test script (tools/clang_tidy.sh)
   libpcre2-dev                           # tokenizer pre-tokenizer (PCRE2: UTF, UCP, JIT)
   clang libclang-rt-14-dev               # libFuzzer run of the tokenizer in the test script
   python3                                # small helpers in e2e tests

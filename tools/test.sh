@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README): installs missing Debian packages, checks formatting, builds
-# the release preset and runs every test tier, runs the bounded fuzzers (tokenizer libFuzzer, the
-# tokenizer's differential fuzzer against npm tiktoken, the server's request parser), cross-builds
-# the kernel tests for ARM64 and runs them under qemu-aarch64, then builds the ASan+UBSan preset and
-# runs the unit, golden and kernel tiers under the sanitizers.
+# the release preset and runs every test tier, runs clang-tidy over src/, runs the bounded fuzzers
+# (tokenizer libFuzzer, the tokenizer's differential fuzzer against npm tiktoken, the server's
+# request parser), cross-builds the kernel tests for ARM64 and runs them under qemu-aarch64, then
+# builds the ASan+UBSan preset and runs the unit, golden and kernel tiers under the sanitizers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
@@ -16,6 +16,9 @@ echo "== release build + all tests"
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$jobs"
 ctest --preset release -j "$jobs"
+
+echo "== clang-tidy over src/ (.clang-tidy, release compile_commands.json; docs/RELIABILITY.md)"
+tools/clang_tidy.sh build/release "$jobs"
 
 echo "== tokenizer fuzzing (libFuzzer + ASan/UBSan, bounded)"
 tests/tokenizer/fuzz.sh build/fuzz-tokenizer 45

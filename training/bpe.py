@@ -6,7 +6,7 @@ chapters are separated by a blank line. Every 50th chapter (chapter index % 50 =
 as the validation split.
 
 The vocabulary is trained on the training split only, with K3's pre-tokenizer: the corpus is pure
-ASCII, and on ASCII text K3's pattern (spec/k3-model.md 5.3) is exactly the ASCII pattern below
+ASCII, and on ASCII text K3's pattern (K3 model specification §5.3) is exactly the ASCII pattern below
 (the Han and non-ASCII letter/mark classes cannot match). The result is written as K3's
 `tiktoken.model` (base64 token, space, rank; ranks 0..255 are the single bytes) plus
 `tokenizer_config.json` with K3's 256 special tokens after the ranks. Encoding uses tiktoken's rule

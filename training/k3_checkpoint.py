@@ -1,6 +1,6 @@
 """Reading and writing K3 checkpoints in the Hugging Face layout of a real Kimi-K3 download.
 
-Layout facts reproduced (spec/k3-model.md sections 1-3): tensor names prefixed
+Layout facts reproduced (K3 model specification sections 1-3): tensor names prefixed
 `language_model.model.` (decoder) / `language_model.` (lm_head); BF16 spine with F32 for A_log,
 dt_bias, the conv1d weights, o_norm and e_score_correction_bias; routed experts as compressed-tensors
 MXFP4 (`weight_packed` U8 [R, C/2], low nibble = even element; `weight_scale` U8 [R, C/32], E8M0 with

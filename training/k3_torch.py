@@ -1,4 +1,4 @@
-"""A readable PyTorch implementation of the Kimi K3 text model (spec/k3-model.md, spec sections 3-4).
+"""A readable PyTorch implementation of the Kimi K3 text model (the K3 model specification, sections 3-4).
 
 This is the project's second, independent K3 forward pass: it shares no code with the C++ engine
 and is used both to train the small demo model (training/train.py) and to check the engine's

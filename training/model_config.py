@@ -1,6 +1,6 @@
 """config.json of the demo model: K3's field set and flags with small dimensions.
 
-Structure kept from K3 (spec/k3-model.md 1): KDA/MLA schedule "layer i is MLA iff (i+1) % 4 == 0 or
+Structure kept from K3 (K3 model specification §1): KDA/MLA schedule "layer i is MLA iff (i+1) % 4 == 0 or
 it is the last" (9 layers: KDA 1,2,3,5,6,7 / MLA 4,8,9, so the model ends on two MLA layers like
 K3's 92/93), a dense layer 0, LatentMoE everywhere else with 2 shared experts, AttnRes blocks of
 4 layers (K3: 12 of 93), KDA head_dim 128, sigmoid/noaux_tc routing with K3's 1/1 groups, SiTU

@@ -69,9 +69,11 @@ class [[nodiscard]] Result {
   } while (0)
 
 // `DF_ASSIGN_OR_RETURN(auto x, MakeX());` unwraps a Result or returns its Status.
+// NOLINTBEGIN(bugprone-macro-parentheses): `tmp` and `lhs` are declarations; parentheses break them
 #define DF_ASSIGN_OR_RETURN(lhs, expr) \
   DF_ASSIGN_OR_RETURN_IMPL(DF_CONCAT(df_result_, __LINE__), lhs, expr)
 #define DF_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                             \
   if (!tmp.ok()) return tmp.status();            \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)

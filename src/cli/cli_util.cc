@@ -10,8 +10,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/byte_size.h"
 #include "base/log.h"
-#include "experts/memory_plan.h"
+#include "io/durable_file.h"
 #include "setup/installer.h"
 #include "setup/stream_store.h"
 
@@ -62,7 +63,7 @@ CLI::Validator OneOf(std::vector<std::string> choices) {
     brace += (brace.empty() ? "" : ",") + c;
   }
   return CLI::Validator(
-      [choices, list](std::string& input) -> std::string {
+      [choices = std::move(choices), list](std::string& input) -> std::string {
         for (const auto& c : choices) {
           if (input == c) return "";
         }
@@ -256,20 +257,9 @@ Result<std::vector<int32_t>> ParseTokenList(const std::string& text) {
 }
 
 Status WriteFileAtomically(const std::string& path, const void* bytes, size_t size) {
-  const std::string tmp = path + ".partial";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return Status::Error(tmp + ": cannot create: " + std::strerror(errno));
-  const bool wrote = std::fwrite(bytes, 1, size, f) == size;
-  const bool closed = std::fclose(f) == 0;
-  if (!wrote || !closed) {
-    std::remove(tmp.c_str());
-    return Status::Error(path + ": write failed: " + std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Status::Error(path + ": cannot rename into place: " + std::strerror(errno));
-  }
-  return Status::Ok();
+  DurableWriteOptions options;
+  options.temp_suffix = ".partial";
+  return WriteFileDurably(path, bytes, size, options);
 }
 
 Status CheckOutputPath(const std::string& flag, const std::string& path) {

@@ -67,8 +67,8 @@ Status CheckOutputPath(const std::string& flag, const std::string& path);
 // "1,2, 3" -> {1, 2, 3}; rejects empty lists, junk and values outside int32.
 Result<std::vector<int32_t>> ParseTokenList(const std::string& text);
 
-// Writes `bytes` to `path` via a temporary file and rename, so a failed run never leaves a
-// truncated file where a good one was.
+// Writes `bytes` to `path` with io/durable_file.h's WriteFileDurably through "<path>.partial", so
+// a failed or killed run never leaves a truncated file where a good one was.
 Status WriteFileAtomically(const std::string& path, const void* bytes, size_t size);
 
 // Prints "error: <message>" to stderr and returns kExitFailure.

@@ -1,5 +1,5 @@
 // `deltafin bench decode`: decode speed against the physical floor, per the scenarios of
-// shared/bench/README.md, under a real memory limit.
+// docs/PERFORMANCE.md "Benchmark definitions", under a real memory limit.
 //
 // The parent process works out the scenario's RAM budget from the model's plan, creates a memory
 // cgroup with that limit, drops the page cache, and forks; the child joins the cgroup before it
@@ -23,12 +23,12 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "base/byte_size.h"
 #include "base/log.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/memory_cgroup.h"
 #include "cli/token_stats.h"
-#include "experts/memory_plan.h"
 #include "report/svg.h"
 
 namespace deltafin::cli {
@@ -222,9 +222,10 @@ std::string DecodeSvg(const nlohmann::json& j) {
     }
   }
   order.push_back(OpFamily::kOther);
-  for (OpFamily f : order) bars.series.push_back(OpFamilyName(f));
+  for (OpFamily f : order) bars.series.emplace_back(OpFamilyName(f));
   for (const auto& step : j.at("steps")) {
     std::vector<double> values;
+    values.reserve(order.size());
     for (OpFamily f : order) values.push_back(step.at("ops").value(OpFamilyName(f), 0.0));
     bars.values.push_back(std::move(values));
     bars.marks.push_back(step.value("floor_s", -1.0));
@@ -300,7 +301,7 @@ int RunDecodeBench(const DecodeBenchArgs& a) {
     if (!cg.ok()) return Fail(cg.status());
     cgroup = std::move(*cg);
     if (!DropPageCache()) LogInfo("warning: cannot drop the page cache (not root)");
-    LogInfo("running under a memory cgroup limit of " + FormatBytes(limit) + " (" + cgroup.path() +
+    LogInfo("running under a memory cgroup limit of " + HumanBytes(limit) + " (" + cgroup.path() +
             ")");
   } else if (limit > 0) {
     LogInfo("warning: --no-memory-limit: the page cache may serve reads the budget excludes");
@@ -338,7 +339,7 @@ int RunDecodeBench(const DecodeBenchArgs& a) {
     std::remove(json_tmp);
     return Fail(Status::Error(
         "the benchmark process was killed by signal " + std::to_string(WTERMSIG(wstatus)) +
-        (limit > 0 ? " (out of memory under the " + FormatBytes(limit) + " limit?)"
+        (limit > 0 ? " (out of memory under the " + HumanBytes(limit) + " limit?)"
                    : std::string())));
   }
   if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
@@ -372,7 +373,7 @@ void RegisterBenchDecode(CLI::App* bench, int* exit_code) {
   CLI::App* cmd = bench->add_subcommand(
       "decode",
       "Decode seconds per token against the floor (disk bytes / measured disk bandwidth, or "
-      "compute), under a real memory limit (shared/bench/README.md scenarios)");
+      "compute), under a real memory limit (scenarios: docs/PERFORMANCE.md)");
   args->model.Add(cmd);
   args->model.quiet_plan = true;
   cmd->add_option("--scenario", args->scenario,

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "base/byte_size.h"
 #include "cli/commands.h"
 #include "modelgen/make_model.h"
 
@@ -18,7 +19,7 @@ namespace {
 constexpr char kFooter[] = R"(Presets:
   tiny   spec §7 dimensions (hidden 256, 9 layers, 64 experts top-4, 4 expert groups keep 2)
          with a 1024-entry vocabulary (768 BPE ranks + 256 specials); about 27 MB.
-  bench  K3's structure and routing shape scaled down (shared/bench/README.md): 93 layers,
+  bench  K3's structure and routing shape scaled down (docs/PERFORMANCE.md): 93 layers,
          hidden 1024, 896 experts top-16, groups 1/1, vocabulary 32768; about 19 GB
          (17.2 GB of experts).
 
@@ -46,8 +47,8 @@ void PrintProgress(uint64_t done, uint64_t total) {
   if (total < (1ull << 30) || done == total) return;
   if (Clock::now() - last < std::chrono::seconds(5)) return;
   last = Clock::now();
-  std::fprintf(stderr, "make-model: %.2f / %.2f GB (%.0f%%)\n", static_cast<double>(done) / 1e9,
-               static_cast<double>(total) / 1e9,
+  std::fprintf(stderr, "make-model: %s / %s (%.0f%%)\n", HumanBytes(done).c_str(),
+               HumanBytes(total).c_str(),
                100.0 * static_cast<double>(done) / static_cast<double>(total));
 }
 

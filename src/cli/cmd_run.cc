@@ -6,7 +6,7 @@
 // (--hide-thinking); special tokens are never printed unless --show-special. A model folder
 // without a tokenizer gets the generated ids instead, space-separated. --ids-out FILE writes the
 // ids as one JSON array. stderr carries the memory plan, the prefill progress line, --stats and
-// the closing summary. --trace FILE writes the router trace (cli/router_trace.h, docs/TRACE.md);
+// the closing summary. --trace FILE writes the router trace (trace/router_trace.h, docs/TRACE.md);
 // --stats and --stats-json report where each token's time and bytes went (cli/token_stats.h).
 //
 // Nothing lost, nothing late: the command line and every output path are checked before the
@@ -24,16 +24,18 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/live_output.h"
-#include "cli/router_trace.h"
 #include "cli/token_stats.h"
 #include "deltafin/sampler.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "trace/router_trace.h"
 
 namespace deltafin::cli {
 
 namespace {
+
+using trace::RouterTraceWriter;
 
 struct RunArgs {
   ModelFlags model;

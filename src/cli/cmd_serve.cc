@@ -28,10 +28,12 @@ struct ServeArgs {
 
 int RunServe(ServeArgs& args) {
   // Block the stop signals in every thread; one thread waits for them and stops the server.
+  // SIGUSR1 is the wake-up sent to that thread when the server ends by itself.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that vanishes mid-write is an error, not a kill
 
@@ -82,7 +84,7 @@ int RunServe(ServeArgs& args) {
   });
   Status st = http.Run();
   // Wake the waiter if the server ended by itself.
-  pthread_kill(waiter.native_handle(), SIGTERM);
+  pthread_kill(waiter.native_handle(), SIGUSR1);
   waiter.join();
   return st.ok() ? 0 : Fail(st);
 }

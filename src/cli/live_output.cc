@@ -1,6 +1,8 @@
 // TextPrinter and PrefillProgressLine (see live_output.h).
 #include "cli/live_output.h"
 
+#include <cmath>
+
 namespace deltafin::cli {
 
 namespace {
@@ -66,10 +68,10 @@ std::string FormatDuration(double seconds) {
   if (seconds < 60) {
     std::snprintf(text, sizeof text, "%.1fs", seconds);
   } else if (seconds < 3600) {
-    const auto s = static_cast<long long>(seconds + 0.5);
+    const long long s = std::llround(seconds);
     std::snprintf(text, sizeof text, "%lldm%02llds", s / 60, s % 60);
   } else {
-    const auto m = static_cast<long long>(seconds / 60 + 0.5);
+    const long long m = std::llround(seconds / 60);
     std::snprintf(text, sizeof text, "%lldh%02lldm", m / 60, m % 60);
   }
   return text;

@@ -1,6 +1,7 @@
 // deltafin: one binary, many subcommands (DESIGN.md §2). Every command shares the exit codes and
 // the wording of command-line errors set here (cli/cli_util.h).
 #include <cstdio>
+#include <exception>
 
 #include "cli/cli_util.h"
 #include "cli/commands.h"
@@ -18,9 +19,7 @@ Environment:
                     process may use, cgroup quota included)
   HF_ENDPOINT, HF_TOKEN, HF_TOKEN_PATH, HF_HOME   `deltafin setup` (see `deltafin setup --help`))";
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   CLI::App app{"deltafin: Kimi K3 inference on one machine, experts streamed from disk"};
   app.require_subcommand(1);
   app.footer(kFooter);
@@ -48,4 +47,19 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? deltafin::cli::kExitOk : deltafin::cli::kExitUsage;
   }
   return exit_code;
+}
+
+}  // namespace
+
+// Commands report errors as Status; an exception reaching here is a bug, reported as one line
+// with the failure exit code rather than std::terminate's abort.
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: internal error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "error: internal error: unknown exception\n");
+  }
+  return deltafin::cli::kExitFailure;
 }

@@ -1,6 +1,7 @@
 // MemoryCgroup: a fresh memory cgroup with a byte limit, for running a benchmark under a real
-// memory limit (shared/bench/README.md): with the limit in place the page cache cannot serve what
-// the engine's budget excludes, because page cache pages count against the cgroup too.
+// memory limit (docs/PERFORMANCE.md "Benchmark definitions"): with the limit in place the page
+// cache cannot serve what the engine's budget excludes, because page cache pages count against
+// the cgroup too.
 //
 // Created as a child of this process's own memory cgroup: cgroup v1
 // (/sys/fs/cgroup/memory/<own path>/deltafin-<pid>, memory.limit_in_bytes) or v2

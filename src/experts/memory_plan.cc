@@ -51,48 +51,6 @@ bool CgroupLimit(uint64_t* limit, std::string* source) {
 
 }  // namespace
 
-std::string FormatBytes(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
-  return buf;
-}
-
-Result<uint64_t> ParseByteSize(const std::string& text) {
-  size_t pos = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &pos);
-  } catch (...) {
-    return Status::Error("cannot parse the size '" + text + "' (e.g. 24G, 512M, 1.5GiB)");
-  }
-  std::string unit = text.substr(pos);
-  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
-  if (!unit.empty() && unit.back() == 'i') unit.pop_back();
-  double scale = 1;
-  if (unit == "K" || unit == "k") {
-    scale = 1024.0;
-  } else if (unit == "M" || unit == "m") {
-    scale = 1024.0 * 1024;
-  } else if (unit == "G" || unit == "g") {
-    scale = 1024.0 * 1024 * 1024;
-  } else if (unit == "T" || unit == "t") {
-    scale = 1024.0 * 1024 * 1024 * 1024;
-  } else if (!unit.empty()) {
-    return Status::Error("unknown size unit in '" + text + "' (use K, M, G or T)");
-  }
-  if (!(value > 0) || !std::isfinite(value * scale) || value * scale > 1e18) {
-    return Status::Error("size '" + text + "' must be positive");
-  }
-  return static_cast<uint64_t>(value * scale);
-}
-
 Result<MemoryBudget> MachineMemoryBudget() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page <= 0) return Status::Error("cannot read the machine's memory size");
@@ -106,8 +64,8 @@ Result<MemoryBudget> MachineMemoryBudget() {
   }
   const uint64_t headroom = std::max<uint64_t>(total / 10, 256ull << 20);
   if (total <= headroom)
-    return Status::Error("memory limit " + FormatBytes(total) + " is too small");
-  return MemoryBudget{total - headroom, source + " minus " + FormatBytes(headroom) + " headroom"};
+    return Status::Error("memory limit " + HumanBytes(total) + " is too small");
+  return MemoryBudget{total - headroom, source + " minus " + HumanBytes(headroom) + " headroom"};
 }
 
 Result<MemoryPlan> PlanMemory(const MemoryNeeds& needs, const MemoryBudget& budget,
@@ -117,11 +75,11 @@ Result<MemoryPlan> PlanMemory(const MemoryNeeds& needs, const MemoryBudget& budg
   plan.needs = needs;
   const uint64_t b = budget.bytes;
   auto too_small = [&](const std::string& what, uint64_t need) {
-    return Status::Error("memory budget " + FormatBytes(b) + " (" + budget.source +
-                         ") is too small: " + what + " needs " + FormatBytes(need) + " (session " +
-                         FormatBytes(needs.session_bytes) + ", spine " +
-                         FormatBytes(needs.spine_bytes) + ", smallest expert cache " +
-                         FormatBytes(needs.min_expert_cache) + ")");
+    return Status::Error("memory budget " + HumanBytes(b) + " (" + budget.source +
+                         ") is too small: " + what + " needs " + HumanBytes(need) + " (session " +
+                         HumanBytes(needs.session_bytes) + ", spine " +
+                         HumanBytes(needs.spine_bytes) + ", smallest expert cache " +
+                         HumanBytes(needs.min_expert_cache) + ")");
   };
   const uint64_t everything = needs.session_bytes + needs.spine_bytes + needs.all_expert_bytes;
   plan.experts_streamed = placement == ExpertPlacement::kStreamed ||
@@ -146,13 +104,13 @@ Result<MemoryPlan> PlanMemory(const MemoryNeeds& needs, const MemoryBudget& budg
   cache = std::min(cache, needs.all_expert_bytes + needs.min_expert_cache);
   if (cache_request > 0) {
     if (cache_request < needs.min_expert_cache) {
-      return Status::Error("--expert-cache " + FormatBytes(cache_request) +
+      return Status::Error("--expert-cache " + HumanBytes(cache_request) +
                            " is below the smallest working cache of " +
-                           FormatBytes(needs.min_expert_cache));
+                           HumanBytes(needs.min_expert_cache));
     }
     if (cache_request > cache) {
-      return Status::Error("--expert-cache " + FormatBytes(cache_request) +
-                           " does not fit: the budget leaves " + FormatBytes(cache));
+      return Status::Error("--expert-cache " + HumanBytes(cache_request) +
+                           " does not fit: the budget leaves " + HumanBytes(cache));
     }
     cache = cache_request;
   }
@@ -162,18 +120,18 @@ Result<MemoryPlan> PlanMemory(const MemoryNeeds& needs, const MemoryBudget& budg
 
 std::string MemoryPlan::Describe() const {
   std::ostringstream o;
-  o << "memory plan: budget " << FormatBytes(budget.bytes) << " (" << budget.source << ")\n";
-  o << "  session state and buffers: " << FormatBytes(needs.session_bytes) << "\n";
-  o << "  spine: " << FormatBytes(needs.spine_bytes)
+  o << "memory plan: budget " << HumanBytes(budget.bytes) << " (" << budget.source << ")\n";
+  o << "  session state and buffers: " << HumanBytes(needs.session_bytes) << "\n";
+  o << "  spine: " << HumanBytes(needs.spine_bytes)
     << (spine_resident ? ", resident (mapped)"
                        : ", does not fit: mapped and re-read through the page cache layer by "
                          "layer")
     << "\n";
   if (experts_streamed) {
-    o << "  routed experts: " << FormatBytes(needs.all_expert_bytes)
-      << " on disk, streamed through a RAM cache of " << FormatBytes(expert_cache_bytes);
+    o << "  routed experts: " << HumanBytes(needs.all_expert_bytes)
+      << " on disk, streamed through a RAM cache of " << HumanBytes(expert_cache_bytes);
   } else {
-    o << "  routed experts: " << FormatBytes(needs.all_expert_bytes) << ", mapped (all fit in RAM)";
+    o << "  routed experts: " << HumanBytes(needs.all_expert_bytes) << ", mapped (all fit in RAM)";
   }
   return o.str();
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "base/byte_size.h"
 #include "base/status.h"
 
 namespace deltafin {
@@ -49,10 +50,5 @@ struct MemoryPlan {
 // `cache_request`: an explicit expert cache size (0 = what the budget leaves).
 Result<MemoryPlan> PlanMemory(const MemoryNeeds& needs, const MemoryBudget& budget,
                               ExpertPlacement placement, uint64_t cache_request);
-
-// "1.50 GiB" style.
-std::string FormatBytes(uint64_t bytes);
-// "24G", "512M", "1073741824", "1.5GiB" -> bytes (K/M/G/T, optional "i"/"B", base 1024).
-Result<uint64_t> ParseByteSize(const std::string& text);
 
 }  // namespace deltafin

@@ -41,13 +41,13 @@ uint64_t SpineInt8TensorBytes(const std::string& name, DType dtype,
 namespace {
 
 // Every matrix the forward pass reads whole (model/linear.h), by tensor name.
-std::vector<std::pair<std::string, Bf16Matrix*>> WholeMatrices(ModelWeights* w) {
-  std::vector<std::pair<std::string, Bf16Matrix*>> out;
+std::vector<std::pair<std::string, SpineMatrix*>> WholeMatrices(ModelWeights* w) {
+  std::vector<std::pair<std::string, SpineMatrix*>> out;
   out.emplace_back("language_model.lm_head.weight", &w->lm_head);
   for (size_t i = 0; i < w->layers.size(); ++i) {
     LayerWeights& lw = w->layers[i];
     const auto layer = static_cast<int64_t>(i);
-    auto add = [&](const char* suffix, Bf16Matrix* m) {
+    auto add = [&](const char* suffix, SpineMatrix* m) {
       out.emplace_back(LayerTensorName(layer, suffix), m);
     };
     if (lw.kind == AttentionKind::kKda) {

@@ -14,18 +14,19 @@ SpinePages::SpinePages(const ModelWeights& w) {
     const LayerWeights& lw = w.layers[i];
     std::vector<Range>* g = &groups_[i];
     if (lw.kind == AttentionKind::kKda) {
-      for (const Bf16Matrix* m : {&lw.kda.q_proj, &lw.kda.k_proj, &lw.kda.v_proj, &lw.kda.f_a_proj,
-                                  &lw.kda.f_b_proj, &lw.kda.b_proj, &lw.kda.g_proj, &lw.kda.o_proj})
+      for (const SpineMatrix* m :
+           {&lw.kda.q_proj, &lw.kda.k_proj, &lw.kda.v_proj, &lw.kda.f_a_proj, &lw.kda.f_b_proj,
+            &lw.kda.b_proj, &lw.kda.g_proj, &lw.kda.o_proj})
         Add(g, *m);
     } else {
-      for (const Bf16Matrix* m : {&lw.mla.q_a_proj, &lw.mla.q_b_proj, &lw.mla.kv_a_proj,
-                                  &lw.mla.kv_b_proj, &lw.mla.g_proj, &lw.mla.o_proj})
+      for (const SpineMatrix* m : {&lw.mla.q_a_proj, &lw.mla.q_b_proj, &lw.mla.kv_a_proj,
+                                   &lw.mla.kv_b_proj, &lw.mla.g_proj, &lw.mla.o_proj})
         Add(g, *m);
     }
     const GatedFfnWeights& ffn = lw.is_moe ? lw.moe.shared : lw.dense;
-    for (const Bf16Matrix* m : {&ffn.gate_proj, &ffn.up_proj, &ffn.down_proj}) Add(g, *m);
+    for (const SpineMatrix* m : {&ffn.gate_proj, &ffn.up_proj, &ffn.down_proj}) Add(g, *m);
     if (lw.is_moe) {
-      for (const Bf16Matrix* m : {&lw.moe.router, &lw.moe.latent_down, &lw.moe.latent_up})
+      for (const SpineMatrix* m : {&lw.moe.router, &lw.moe.latent_down, &lw.moe.latent_up})
         Add(g, *m);
     }
   }
@@ -45,7 +46,7 @@ void SpinePages::Add(std::vector<Range>* group, const void* data, size_t bytes) 
   group->push_back({reinterpret_cast<const uint8_t*>(begin), static_cast<size_t>(end - begin)});
 }
 
-void SpinePages::Add(std::vector<Range>* group, const Bf16Matrix& m) {
+void SpinePages::Add(std::vector<Range>* group, const SpineMatrix& m) {
   const auto elements = static_cast<size_t>(m.rows) * static_cast<size_t>(m.cols);
   // The int8 spine computes from its own mapped copy; the BF16 pages are then never touched.
   if (m.q != nullptr) {

@@ -34,7 +34,7 @@ class SpinePages {
     size_t bytes;          // a whole number of pages
   };
   void Add(std::vector<Range>* group, const void* data, size_t bytes);
-  void Add(std::vector<Range>* group, const Bf16Matrix& m);
+  void Add(std::vector<Range>* group, const SpineMatrix& m);
 
   size_t page_ = 4096;
   std::vector<std::vector<Range>> groups_;

@@ -86,7 +86,7 @@ class Binder {
   std::unordered_map<std::string, TensorView> views_;
 };
 
-Bf16Matrix Matrix(const TensorView& v) {
+SpineMatrix Matrix(const TensorView& v) {
   return {reinterpret_cast<const uint16_t*>(v.data), v.Rows(), v.Cols()};
 }
 

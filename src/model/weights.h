@@ -21,10 +21,11 @@
 
 namespace deltafin {
 
-// A BF16 matrix W[rows, cols] used as y = W·x. With the row-int8 spine (--spine int8, spec §3.6,
-// docs/INT8.md) `q` points at its int8 copy [rows, cols] and `q_scales` at its per-row scales
-// (the stored f16 scales widened to fp32); model/linear.h then uses those instead of `data`.
-struct Bf16Matrix {
+// A spine matrix W[rows, cols] used as y = W·x, held as BF16 or as row-int8: `data` is the BF16
+// checkpoint tensor [rows, cols]; with the row-int8 spine (--spine int8, spec §3.6, docs/INT8.md)
+// `q` points at its int8 copy [rows, cols] and `q_scales` at its per-row scales (the stored f16
+// scales widened to fp32), and model/linear.h uses those instead of `data`.
+struct SpineMatrix {
   const uint16_t* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
@@ -42,42 +43,42 @@ struct ExpertLayout {
 };
 
 struct KdaWeights {
-  Bf16Matrix q_proj, k_proj, v_proj;  // [P, H]
-  const float* q_conv = nullptr;      // [P, 1, K] (tap K-1 = current position)
+  SpineMatrix q_proj, k_proj, v_proj;  // [P, H]
+  const float* q_conv = nullptr;       // [P, 1, K] (tap K-1 = current position)
   const float* k_conv = nullptr;
   const float* v_conv = nullptr;
-  Bf16Matrix f_a_proj;             // [head_dim, H]
-  Bf16Matrix f_b_proj;             // [P, head_dim]
+  SpineMatrix f_a_proj;            // [head_dim, H]
+  SpineMatrix f_b_proj;            // [P, head_dim]
   const float* dt_bias = nullptr;  // [P]
   AlignedBuffer<float> a_exp;      // [kda_heads] exp(A_log[h]), per head
-  Bf16Matrix b_proj;               // [kda_heads, H]
-  Bf16Matrix g_proj;               // [P, H] full-rank output gate
+  SpineMatrix b_proj;              // [kda_heads, H]
+  SpineMatrix g_proj;              // [P, H] full-rank output gate
   const float* o_norm = nullptr;   // [head_dim], shared by all heads
-  Bf16Matrix o_proj;               // [H, P]
+  SpineMatrix o_proj;              // [H, P]
 };
 
 struct MlaWeights {
-  Bf16Matrix q_a_proj;            // [q_lora, H]
+  SpineMatrix q_a_proj;           // [q_lora, H]
   AlignedBuffer<float> q_a_norm;  // [q_lora]
-  Bf16Matrix q_b_proj;   // [heads*(nope+rope), q_lora], head-major: nope rows then rope rows
-  Bf16Matrix kv_a_proj;  // [kv_lora+rope, H]: latent rows then rope rows
+  SpineMatrix q_b_proj;   // [heads*(nope+rope), q_lora], head-major: nope rows then rope rows
+  SpineMatrix kv_a_proj;  // [kv_lora+rope, H]: latent rows then rope rows
   AlignedBuffer<float> kv_a_norm;  // [kv_lora]
-  Bf16Matrix kv_b_proj;  // [heads*(nope+v), kv_lora], head-major: key-nope rows then value rows
-  Bf16Matrix g_proj;     // [heads*v, H]
-  Bf16Matrix o_proj;     // [H, heads*v]
+  SpineMatrix kv_b_proj;  // [heads*(nope+v), kv_lora], head-major: key-nope rows then value rows
+  SpineMatrix g_proj;     // [heads*v, H]
+  SpineMatrix o_proj;     // [H, heads*v]
 };
 
-struct GatedFfnWeights {          // dense layer-0 FFN and the fused shared experts
-  Bf16Matrix gate_proj, up_proj;  // [width, H]
-  Bf16Matrix down_proj;           // [H, width]
+struct GatedFfnWeights {           // dense layer-0 FFN and the fused shared experts
+  SpineMatrix gate_proj, up_proj;  // [width, H]
+  SpineMatrix down_proj;           // [H, width]
 };
 
 struct MoeWeights {
-  Bf16Matrix router;                       // [n_experts, H]
+  SpineMatrix router;                      // [n_experts, H]
   const float* correction_bias = nullptr;  // [n_experts]
-  Bf16Matrix latent_down;                  // [latent, H]   "routed_expert_down_proj"
+  SpineMatrix latent_down;                 // [latent, H]   "routed_expert_down_proj"
   AlignedBuffer<float> latent_norm;        // [latent] (empty when latent_moe_use_norm is false)
-  Bf16Matrix latent_up;                    // [H, latent]   "routed_expert_up_proj"
+  SpineMatrix latent_up;                   // [H, latent]   "routed_expert_up_proj"
   GatedFfnWeights shared;
   std::vector<const uint8_t*> expert_spans;  // [n_experts] start of each expert's contiguous span
   int expert_shard = -1;                     // the one shard holding this layer's experts
@@ -109,7 +110,7 @@ struct ModelWeights {
   const uint16_t* embed_tokens = nullptr;  // [vocab, H] BF16
   AlignedBuffer<float> final_norm;         // [H]
   AlignedBuffer<float> tail_res_query;     // [H] output_attn_res_norm ⊙ output_attn_res_proj
-  Bf16Matrix lm_head;                      // [vocab, H]
+  SpineMatrix lm_head;                     // [vocab, H]
   std::vector<LayerWeights> layers;
   // Row-int8 spine (model/spine_int8.h): the mapped .i8 files and the widened row scales that the
   // matrices' q / q_scales point into. Empty in BF16 mode.

@@ -6,12 +6,8 @@
 // them in file order: output is independent of the thread count and runs at disk speed.
 #include "modelgen/make_model.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -29,6 +25,7 @@
 #include "base/aligned_buffer.h"
 #include "format/checkpoint.h"
 #include "format/safetensors.h"
+#include "io/durable_file.h"
 #include "model/config.h"
 #include "model/tensor_roster.h"
 #include "modelgen/bpe_vocab.h"
@@ -94,8 +91,8 @@ constexpr PresetDims kTiny = {.vocab_size = 1024,
                               .num_expert_group = 4,
                               .topk_group = 2};
 
-// shared/bench/README.md: K3's structure and routing shape (93 layers, 896 experts, top-16,
-// groups 1/1), widths scaled down; ~17 GB of experts.
+// docs/PERFORMANCE.md "Benchmark definitions": K3's structure and routing shape (93 layers, 896
+// experts, top-16, groups 1/1), widths scaled down; ~17 GB of experts.
 constexpr PresetDims kBench = {.vocab_size = 32768,
                                .hidden_size = 1024,
                                .intermediate_size = 4864,
@@ -779,16 +776,6 @@ class ChunkPipeline {
 
 constexpr std::string_view kPartialSuffix = ".partial";
 
-Status FsyncPath(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return Status::Error(path + ": cannot open to sync: " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return Status::Error(path + ": fsync failed: " + std::strerror(err));
-  return Status::Ok();
-}
-
 // Files written under "<name>.partial" and renamed into place only by Commit(), in the order they
 // were added (config.json is added last, so a directory with config.json holds a whole model).
 // Destroying an uncommitted set removes its temporary files.
@@ -810,19 +797,11 @@ class StagedFiles {
   }
 
   Status WriteText(const std::string& name, const std::string& text) {
-    const std::string path = Add(name);
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    if (f == nullptr) return Status::Error(path + ": cannot create: " + std::strerror(errno));
-    const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    const int err = errno;
-    if (std::fclose(f) != 0 || !wrote) {
-      return Status::Error(path + ": write failed: " + std::strerror(wrote ? errno : err));
-    }
-    return Finished(path);
+    return WriteFileContents(Add(name), text.data(), text.size(), sync_);
   }
 
   // Call once a file added with Add() has been written and closed.
-  Status Finished(const std::string& path) { return sync_ ? FsyncPath(path) : Status::Ok(); }
+  Status Finished(const std::string& path) { return sync_ ? SyncPath(path) : Status::Ok(); }
 
   Status Commit(MakeModelSummary* summary) {
     for (const auto& name : names_) {
@@ -838,7 +817,7 @@ class StagedFiles {
     }
     committed_ = true;
     // Make the renames themselves durable.
-    return sync_ ? FsyncPath(dir_.string()) : Status::Ok();
+    return sync_ ? SyncPath(dir_.string()) : Status::Ok();
   }
 
  private:

@@ -15,7 +15,8 @@
 // nibbles plus per-group scale bytes (no float quantisation), so writing the 17 GB `bench` preset
 // runs at disk speed.
 //
-// Presets: `tiny` (spec §7 with a 1024-entry vocabulary) and `bench` (shared/bench/README.md).
+// Presets: `tiny` (spec §7 with a 1024-entry vocabulary) and `bench` (docs/PERFORMANCE.md
+// "Benchmark definitions").
 // Overrides `key=value` replace text_config fields by name; `linear_attn_config.<field>` reaches
 // the nested object; `num_hidden_layers` regenerates K3's KDA/MLA schedule and `vocab_size` moves
 // the special-token ids.

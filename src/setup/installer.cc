@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/byte_size.h"
 #include "base/log.h"
 #include "net/hf_hub.h"
 #include "setup/crash_point.h"

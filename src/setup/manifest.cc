@@ -1,13 +1,9 @@
 #include "setup/manifest.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "io/durable_file.h"
 #include "io/mapped_file.h"
 #include "setup/crash_point.h"
 
@@ -23,42 +19,11 @@ std::string ManifestPath(const std::string& model_dir) {
   return (fs::path(StateDir(model_dir)) / "manifest.json").string();
 }
 
-void SyncDirectory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
 Status WriteFileDurably(const std::string& path, const void* data, size_t size, int mode) {
-  const auto* bytes = static_cast<const char*>(data);
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return Status::Error(tmp + ": cannot create: " + std::strerror(errno));
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::write(fd, bytes + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string err = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return Status::Error(tmp + ": write failed: " + err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::Error(tmp + ": fsync failed: " + std::strerror(errno));
-  }
-  CrashPoint("durable-before-rename", path);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::Error(path + ": cannot rename into place: " + std::strerror(errno));
-  }
-  SyncDirectory(fs::path(path).parent_path().string());
-  return Status::Ok();
+  DurableWriteOptions options;
+  options.mode = mode;
+  options.before_rename = [](const std::string& p) { CrashPoint("durable-before-rename", p); };
+  return deltafin::WriteFileDurably(path, data, size, options);
 }
 
 Result<std::optional<Manifest>> Manifest::Load(const std::string& model_dir) {

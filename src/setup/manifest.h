@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "io/durable_file.h"
 
 namespace deltafin::setup {
 
@@ -51,12 +52,12 @@ struct Manifest {
 std::string StateDir(const std::string& model_dir);      // DIR/.deltafin
 std::string ManifestPath(const std::string& model_dir);  // DIR/.deltafin/manifest.json
 
-// Writes `text` to `path` through `path`.tmp, fsync and rename, then fsyncs the directory.
+// io/durable_file.h's WriteFileDurably (`path`.tmp, fsync, rename, fsync of the directory) with
+// setup's crash point "durable-before-rename" (subject: `path`) between the temp file and the
+// rename. SyncDirectory comes from io/durable_file.h.
 Status WriteFileDurably(const std::string& path, const void* data, size_t size, int mode = 0644);
 inline Status WriteFileDurably(const std::string& path, const std::string& text, int mode = 0644) {
   return WriteFileDurably(path, text.data(), text.size(), mode);
 }
-// fsync of a directory (after a rename into it).
-void SyncDirectory(const std::string& dir);
 
 }  // namespace deltafin::setup

@@ -6,16 +6,6 @@
 
 namespace deltafin::setup {
 
-std::string HumanBytes(uint64_t bytes) {
-  const char* units[] = {"B", "kB", "MB", "GB", "TB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1000 && u < 4) v /= 1000, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
-  return buf;
-}
-
 Progress::Progress(std::string label, uint64_t total_bytes)
     : label_(std::move(label)),
       total_(total_bytes),

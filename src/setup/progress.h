@@ -8,6 +8,8 @@
 #include <mutex>
 #include <string>
 
+#include "base/byte_size.h"
+
 namespace deltafin::setup {
 
 class Progress {
@@ -27,8 +29,5 @@ class Progress {
   std::chrono::steady_clock::time_point start_, last_draw_;
   std::mutex mu_;
 };
-
-// "1.23 GB" style sizes for messages.
-std::string HumanBytes(uint64_t bytes);
 
 }  // namespace deltafin::setup

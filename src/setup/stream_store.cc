@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "base/byte_size.h"
 #include "base/log.h"
 #include "io/mapped_file.h"
 #include "net/hf_hub.h"

@@ -1,5 +1,5 @@
 // Router-trace analysis for `deltafin trace-stats` (docs/TRACE.md): reads router_trace.jsonl (the
-// schema is in cli/router_trace.h) and computes
+// schema is in trace/router_trace.h) and computes
 //   - consecutive-token expert overlap: for layer L and token t >= 1,
 //     |S(t,L) ∩ S(t-1,L)| / |S(t,L)| where S is the set of routed experts; mean over t per layer,
 //     and over all (t, L) overall;

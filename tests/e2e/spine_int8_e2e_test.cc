@@ -153,7 +153,7 @@ TEST_F(SpineInt8E2e, AttachedMatricesMatchTheDequantizedReference) {
   EXPECT_GT(mla_layers, 0);
   // lm_head: every weight within half a step of its BF16 value, and Linear equals the scalar
   // product of the dequantized weights.
-  const Bf16Matrix& m = mw.lm_head;
+  const SpineMatrix& m = mw.lm_head;
   ASSERT_NE(m.q, nullptr);
   std::vector<float> x(static_cast<size_t>(m.cols));
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));

@@ -26,7 +26,7 @@ std::string GoldenModelDir() { return std::string(DF_TEST_DATA_DIR) + "/golden/t
 
 json GoldenJson() { return json::parse(testing::ReadTextFile(GoldenModelDir() + "/config.json")); }
 
-// spec §7 (copied from shared/spec; provenance in tests/data/README.md).
+// spec §7 (tests/data/k3-tiny-config.json; provenance in tests/data/README.md).
 json SpecTinyJson() {
   return json::parse(testing::ReadTextFile(std::string(DF_TEST_DATA_DIR) + "/k3-tiny-config.json"));
 }

@@ -27,7 +27,7 @@
 #include "base/status.h"
 #include "deltafin/engine.h"
 
-namespace deltafin::cli {
+namespace deltafin::trace {
 
 class RouterTraceWriter : public ForwardObserver {
  public:
@@ -64,4 +64,4 @@ class RouterTraceWriter : public ForwardObserver {
   std::string line_;
 };
 
-}  // namespace deltafin::cli
+}  // namespace deltafin::trace

@@ -1,10 +1,10 @@
-#include "cli/router_trace.h"
+#include "trace/router_trace.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
-namespace deltafin::cli {
+namespace deltafin::trace {
 
 Result<std::unique_ptr<RouterTraceWriter>> RouterTraceWriter::Open(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
@@ -83,4 +83,4 @@ Status RouterTraceWriter::Close() {
   return Status::Ok();
 }
 
-}  // namespace deltafin::cli
+}  // namespace deltafin::trace
