@@ -30,12 +30,12 @@
 #include <thread>
 #include <vector>
 
+#include "base/byte_size.h"
 #include "base/thread_pool.h"
 #include "bench/machine_probe.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/plan_model.h"
-#include "experts/memory_plan.h"
 #include "io/direct_file.h"
 #include "modelgen/make_model.h"
 
@@ -471,7 +471,7 @@ int RunPlan(const PlanArgs& a) {
       if (disk_dir.empty()) disk_dir = ".";
       const uint64_t size =
           std::max<uint64_t>(a.quick ? (128ull << 20) : (1ull << 30), 4 * info.expert_bytes);
-      std::fprintf(stderr, "plan: writing a %s probe file in %s...\n", FormatBytes(size).c_str(),
+      std::fprintf(stderr, "plan: writing a %s probe file in %s...\n", HumanBytes(size).c_str(),
                    disk_dir.c_str());
       auto path = WriteProbeFile(disk_dir, size, &probe_holder);
       if (!path.ok()) return Fail(path.status());
@@ -479,7 +479,7 @@ int RunPlan(const PlanArgs& a) {
       spine_file = *path;
     }
     std::fprintf(stderr, "plan: measuring direct reads of %s spans...\n",
-                 FormatBytes(info.expert_bytes).c_str());
+                 HumanBytes(info.expert_bytes).c_str());
     const uint64_t seed = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
     std::vector<int> qds = {1, 2, 4, a.io_threads};
     if (a.quick) qds = {1, a.io_threads};
@@ -574,16 +574,16 @@ int RunPlan(const PlanArgs& a) {
       "it per token\n",
       static_cast<long long>(info.num_layers), static_cast<long long>(info.num_moe_layers),
       static_cast<long long>(info.num_experts), static_cast<long long>(info.experts_per_token),
-      FormatBytes(info.expert_bytes).c_str(), FormatBytes(info.spine_bytes).c_str(),
-      FormatBytes(info.spine_bytes_per_token).c_str());
+      HumanBytes(info.expert_bytes).c_str(), HumanBytes(info.spine_bytes).c_str(),
+      HumanBytes(info.spine_bytes_per_token).c_str());
   std::printf(
       "machine: expert reads %.2f GB/s at queue depth %d, spine page reads %.2f GB/s, memory "
       "%.1f GB/s, kernels BF16 %.1f / int8 %.1f / MXFP4 %.1f GB/s (+%.1f / %.1f us a call), %d "
       "threads, RAM budget %s%s, free disk %s\n",
       m.expert_read_bps / 1e9, a.io_threads, m.spine_read_bps / 1e9, m.memory_bps / 1e9,
       m.bf16_bps / 1e9, m.int8_bps / 1e9, m.mxfp4_bps / 1e9, m.bf16_call_s * 1e6,
-      m.mxfp4_call_s * 1e6, m.threads, FormatBytes(machine_budget).c_str(),
-      mem_limit > 0 ? " (--mem-limit)" : "", FormatBytes(m.free_disk).c_str());
+      m.mxfp4_call_s * 1e6, m.threads, HumanBytes(machine_budget).c_str(),
+      mem_limit > 0 ? " (--mem-limit)" : "", HumanBytes(m.free_disk).c_str());
   if (!depths.empty()) {
     std::printf("direct reads by queue depth:");
     for (const auto& d : depths) std::printf("  %d: %.2f GB/s", d.depth, d.bps / 1e9);
@@ -600,8 +600,8 @@ int RunPlan(const PlanArgs& a) {
     }
     std::printf("%-34s %-5s %10s %9s %6.1f%% %9s %8.3f %8.3f %8.3f %10.3f %-7s %s\n",
                 r.plan.name.c_str(), r.plan.spine.c_str(),
-                r.plan.name == "resident" ? "none" : FormatBytes(r.plan.budget).c_str(),
-                r.plan.experts_streamed ? FormatBytes(r.plan.expert_cache_bytes).c_str() : "mapped",
+                r.plan.name == "resident" ? "none" : HumanBytes(r.plan.budget).c_str(),
+                r.plan.experts_streamed ? HumanBytes(r.plan.expert_cache_bytes).c_str() : "mapped",
                 100 * r.p.expert_hit_rate, Gb(static_cast<double>(r.p.bytes_read)).c_str(),
                 r.p.expert_disk_s, r.p.spine_disk_s, r.p.compute_s, r.p.s_per_token,
                 r.p.bound.c_str(), r.fits_machine ? "yes" : "no: needs more RAM");
@@ -646,14 +646,14 @@ int RunPlan(const PlanArgs& a) {
         const Prediction mp = PredictScenario(m, WorkloadFrom(*shape), more, assume);
         std::printf(
             "  more RAM: a budget of %s keeps the spine resident: %.3f s/token (%s-bound)\n",
-            FormatBytes(more.budget).c_str(), mp.s_per_token, mp.bound.c_str());
+            HumanBytes(more.budget).c_str(), mp.s_per_token, mp.bound.c_str());
         break;
       }
     }
     for (const Row& r : rows) {
       if (r.plan.spine != best->p.spine || r.plan.name != "resident" || !r.p.feasible) continue;
       std::printf("  all in RAM (%s): %.3f s/token (compute-bound)\n",
-                  FormatBytes(info.spine_bytes + WorkloadFrom(info).all_expert_bytes()).c_str(),
+                  HumanBytes(info.spine_bytes + WorkloadFrom(info).all_expert_bytes()).c_str(),
                   r.p.s_per_token);
     }
     MachineProfile fast = m;
@@ -674,7 +674,7 @@ int RunPlan(const PlanArgs& a) {
       "  install: a full install needs %s on disk (free: %s)%s; a stream install (`setup "
       "--stream`) fetches each expert on first use, so early tokens are bound by the network "
       "(not predicted here), then run as above\n",
-      FormatBytes(full).c_str(), m.free_disk > 0 ? FormatBytes(m.free_disk).c_str() : "unknown",
+      HumanBytes(full).c_str(), m.free_disk > 0 ? HumanBytes(m.free_disk).c_str() : "unknown",
       m.free_disk > 0 && m.free_disk < full ? ": it does not fit, use a stream install" : "");
 
   if (!a.json_path.empty()) {

@@ -344,9 +344,25 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body,
   if (out->sampling.top_p <= 0) return BadRequest("'top_p' must be greater than 0", "top_p");
   if (const ojson* text = Get(obj, "text"); text != nullptr) {
     if (!text->is_object()) return WrongType("text", "an object");
+    // text.format: the Responses spelling of response_format ({type, name, schema, strict} flat,
+    // not nested under json_schema); the same constrained decoder (docs/SERVER.md "JSON output").
     if (const ojson* f = Get(*text, "format"); f != nullptr) {
-      if (!f->is_object() || Get(*f, "type") == nullptr || (*f)["type"] != "text") {
-        return Unsupported("text.format", "only {\"type\": \"text\"}");
+      const ojson* type = f->is_object() ? Get(*f, "type") : nullptr;
+      if (type == nullptr || !type->is_string()) {
+        return WrongType("text.format",
+                         "an object with type \"text\", \"json_object\" or \"json_schema\"");
+      }
+      if (*type == "json_object") {
+        out->output_schema = constrain::JsonSchema::AnyObject();
+      } else if (*type == "json_schema") {
+        const ojson* schema = Get(*f, "schema");
+        if (schema == nullptr) {
+          return BadRequest("'text.format.schema' is required", "text.format.schema",
+                            "missing_required");
+        }
+        if (auto err = CompileOutputSchema(*schema, "text.format.schema", out)) return err;
+      } else if (*type != "text") {
+        return Unsupported("text.format", "type \"text\", \"json_object\" or \"json_schema\"");
       }
     }
   }
@@ -387,6 +403,8 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body,
     messages.insert(messages.begin(), ojson{{"role", "system"}, {"content", ctx->instructions}});
   }
   out->messages = std::move(messages);
+  // Thinking is off under a JSON constraint, as for chat completions (docs/SERVER.md).
+  if (out->output_schema) out->chat.thinking = false;
   return std::nullopt;
 }
 
