@@ -30,8 +30,17 @@ class Sampler {
   // Without a seed, the generator is seeded from std::random_device.
   explicit Sampler(const SamplingParams& params);
   int32_t Sample(std::span<const float> logits);
+  // Speculative verification (deltafin/speculate.h): keeps the point-mass draft `draft` with
+  // probability p(draft) under the processed distribution of `logits`, else draws from p with the
+  // draft removed and renormalised. Returns the token and sets *accepted. Greedy: accepted iff
+  // draft is ArgmaxToken(logits) (which is returned either way); no random number is drawn.
+  int32_t AcceptOrResample(std::span<const float> logits, int32_t draft, bool* accepted);
 
  private:
+  // Fills cand_ (sorted), probs_ (unnormalised) and returns the kept count; 0 when greedy.
+  size_t Prepare(std::span<const float> logits);
+  double Uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;

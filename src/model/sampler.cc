@@ -11,13 +11,13 @@ namespace deltafin {
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {}
 
-int32_t Sampler::Sample(std::span<const float> logits) {
-  if (params_.temperature <= 0 || logits.empty()) return ArgmaxToken(logits);
+size_t Sampler::Prepare(std::span<const float> logits) {
+  if (params_.temperature <= 0 || logits.empty()) return 0;
   cand_.clear();
   for (size_t i = 0; i < logits.size(); ++i) {
     if (std::isfinite(logits[i])) cand_.push_back({logits[i], static_cast<int32_t>(i)});
   }
-  if (cand_.empty()) return ArgmaxToken(logits);
+  if (cand_.empty()) return 0;
   auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
@@ -49,16 +49,55 @@ int32_t Sampler::Sample(std::span<const float> logits) {
       }
     }
   }
+  return keep;
+}
+
+int32_t Sampler::Sample(std::span<const float> logits) {
+  const size_t keep = Prepare(logits);
+  if (keep == 0) return ArgmaxToken(logits);
   double kept = 0;
   for (size_t i = 0; i < keep; ++i) kept += probs_[i];
   // A uniform double in [0, 1) from the top 53 bits.
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * kept;
+  const double u = Uniform() * kept;
   double acc = 0;
   for (size_t i = 0; i < keep; ++i) {
     acc += probs_[i];
     if (u < acc) return cand_[i].second;
   }
   return cand_[keep - 1].second;
+}
+
+int32_t Sampler::AcceptOrResample(std::span<const float> logits, int32_t draft, bool* accepted) {
+  const size_t keep = Prepare(logits);
+  if (keep == 0) {
+    const int32_t best = ArgmaxToken(logits);
+    *accepted = best == draft;
+    return best;
+  }
+  double kept = 0, p_draft = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    kept += probs_[i];
+    if (cand_[i].second == draft) p_draft = probs_[i];
+  }
+  // Accept with probability p(draft) = p_draft / kept.
+  if (Uniform() * kept < p_draft) {
+    *accepted = true;
+    return draft;
+  }
+  *accepted = false;
+  // The residual: the kept candidates without the draft, renormalised.
+  const double rest = kept - p_draft;
+  const double u = Uniform() * rest;
+  double acc = 0;
+  size_t last = keep;
+  for (size_t i = 0; i < keep; ++i) {
+    if (cand_[i].second == draft) continue;
+    last = i;
+    acc += probs_[i];
+    if (u < acc) return cand_[i].second;
+  }
+  // Rounding left u at the top: the last non-draft candidate (a draft of mass 1 is always kept).
+  return last < keep ? cand_[last].second : draft;
 }
 
 }  // namespace deltafin
