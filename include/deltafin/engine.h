@@ -57,8 +57,9 @@ struct EngineOptions {
 
   // ---- Speculative decoding (docs/SPECULATION.md) ----
   // Most draft tokens one Session::Verify may check; the rollback memory for max_draft + 1 rows is
-  // reserved when a session is created (0: no verification, nothing reserved).
-  int max_draft = 8;
+  // reserved when a session is created (0, the default: no verification, nothing reserved;
+  // `run` and `bench decode` set it from --draft-max).
+  int max_draft = 0;
   // How a verify pass keeps what rolling KDA back needs: kReplay stores each row's recurrence
   // inputs (19.4 MiB per row at K3 size, plus one state copy) and replays the accepted rows;
   // kSnapshot copies the recurrent state after every row (414 MiB per row at K3 size).
