@@ -121,6 +121,7 @@ class Speculator {
   bool have_one_ = false, have_row_ = false;
   double acc_ = 0, drafted_ = 0;
   int64_t since_probe_ = 0;
+  int64_t since_one_ = 0;  // passes since the last 1-row pass
 };
 
 }  // namespace deltafin

@@ -60,6 +60,9 @@ int64_t Speculator::ChooseDrafts(int64_t proposed) {
   // measurements decide from then on.
   if (!have_one_) return 0;
   if (!have_row_) return proposed;
+  // Re-measure the 1-row cost every 32 passes: a policy that always drafts would otherwise judge
+  // every verify pass against its first (often cold) decode step.
+  if (++since_one_ >= 32) return 0;
   const double a = (acc_ + 1) / (drafted_ + 2);
   int64_t best = 0;
   double best_rate = 1 / cost_one_;
@@ -85,8 +88,10 @@ int64_t Speculator::ChooseDrafts(int64_t proposed) {
 void Speculator::Observe(int64_t rows, int64_t drafted, int64_t accepted, double seconds) {
   constexpr double kKeep = 0.9;  // exponential decay of the measurements (per pass)
   if (rows == 1) {
-    cost_one_ = have_one_ ? kKeep * cost_one_ + (1 - kKeep) * seconds : seconds;
+    // Decayed faster than the rest: these samples are rarer while the policy drafts.
+    cost_one_ = have_one_ ? 0.5 * cost_one_ + 0.5 * seconds : seconds;
     have_one_ = true;
+    since_one_ = 0;
   } else if (have_one_) {
     const double per_row = std::max(0.0, (seconds - cost_one_) / double(rows - 1));
     cost_row_ = have_row_ ? kKeep * cost_row_ + (1 - kKeep) * per_row : per_row;
