@@ -55,6 +55,17 @@ struct EngineOptions {
   // Row-int8 spine (docs/INT8.md): read the spine linears from <model_dir>/spine-int8 (written by
   // `deltafin convert-spine-int8`) instead of BF16. Not weight-exact: the logits differ.
   bool spine_int8 = false;
+
+  // ---- Speculative decoding (docs/SPECULATION.md) ----
+  // Most draft tokens one Session::Verify may check; the rollback memory for max_draft + 1 rows is
+  // reserved when a session is created (0, the default: no verification, nothing reserved;
+  // `run` and `bench decode` set it from --draft-max).
+  int max_draft = 0;
+  // How a verify pass keeps what rolling KDA back needs: kReplay stores each row's recurrence
+  // inputs (19.4 MiB per row at K3 size, plus one state copy) and replays the accepted rows;
+  // kSnapshot copies the recurrent state after every row (414 MiB per row at K3 size).
+  enum class Rollback { kReplay, kSnapshot };
+  Rollback rollback = Rollback::kReplay;
 };
 
 struct ModelInfo {
@@ -187,6 +198,22 @@ class Session {
   Status RestoreState(std::span<const uint8_t> state);
   // Bytes SaveState writes at the current position.
   uint64_t StateBytes() const;
+
+  // ---- Speculative decoding (docs/SPECULATION.md) ----
+  // One forward pass over tokens[0] (the next token, already chosen from Logits()) and the drafts
+  // tokens[1..]: 1 <= tokens.size() <= max_verify_rows(). `logits_rows` receives the logits of
+  // every row, [tokens.size(), vocab]: row i is what Decode would give after tokens[0..i]. The
+  // session then awaits Commit (which reads `logits_rows`: keep it alive until then); Prefill,
+  // Decode and Verify fail until it comes. Allocation-free.
+  Status Verify(std::span<const int32_t> tokens, std::span<float> logits_rows);
+  // Keeps tokens[0..accepted] of the pending Verify: afterwards the session (KDA recurrent and conv
+  // state, MLA cache, position, Logits() = row `accepted`) is bit for bit what Prefill or Decode
+  // of those tokens alone would have left. Allocation-free.
+  Status Commit(int64_t accepted);
+  // EngineOptions::max_draft + 1 (0 when speculation was not reserved).
+  int64_t max_verify_rows() const;
+  // KDA rollback memory reserved per verify row, in bytes (the memory report).
+  uint64_t rollback_bytes_per_row() const;
 
  private:
   friend class Engine;

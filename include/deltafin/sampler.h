@@ -35,8 +35,17 @@ class Sampler {
   // top-k/top-p count allowed ids only. Returns -1 when nothing is allowed. Allocation-free once
   // the candidate buffer has grown to the allowed count.
   int32_t Sample(std::span<const float> logits, std::span<const uint8_t> allowed);
+  // Speculative verification (deltafin/speculate.h): keeps the point-mass draft `draft` with
+  // probability p(draft) under the processed distribution of `logits`, else draws from p with the
+  // draft removed and renormalised. Returns the token and sets *accepted. Greedy: accepted iff
+  // draft is ArgmaxToken(logits) (which is returned either way); no random number is drawn.
+  int32_t AcceptOrResample(std::span<const float> logits, int32_t draft, bool* accepted);
 
  private:
+  // Fills cand_ (sorted), probs_ (unnormalised) and returns the kept count; 0 when greedy.
+  size_t Prepare(std::span<const float> logits, std::span<const uint8_t> allowed);
+  double Uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;

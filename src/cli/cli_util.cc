@@ -209,6 +209,7 @@ Result<EngineOptions> ModelFlags::Options() const {
                                                       : EngineOptions::Lookahead::kLayerOutput;
   options.verify_expert_reads = !no_verify_reads;
   options.spine_int8 = spine == "int8";
+  options.max_draft = max_draft;
   return options;
 }
 

@@ -45,6 +45,9 @@ struct ModelFlags {
   bool no_verify_reads = false;
   std::string spine = "bf16";  // bf16, or int8: the row-int8 spine (docs/INT8.md)
   bool quiet_plan = false;     // do not print the memory plan at load
+  // Speculative decoding: drafts per verify pass the session reserves (set by run, bench decode;
+  // no flag here: 0 reserves nothing).
+  int max_draft = 0;
   void Add(CLI::App* cmd);
   // Option conflicts visible on the command line alone (--expert-cache with --experts mapped);
   // commands report them as usage errors before touching any file.

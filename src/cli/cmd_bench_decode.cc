@@ -29,6 +29,7 @@
 #include "cli/commands.h"
 #include "cli/memory_cgroup.h"
 #include "cli/token_stats.h"
+#include "deltafin/speculate.h"
 #include "report/svg.h"
 
 namespace deltafin::cli {
@@ -44,6 +45,8 @@ struct DecodeBenchArgs {
   bool no_memory_limit = false;
   std::string json_path;
   std::string svg_path;
+  std::string speculate = "off";  // off | ngram | replay (docs/SPECULATION.md)
+  int draft_max = 8;
 };
 
 // Process overhead outside the engine's plan (binary, libraries, thread stacks, allocator).
@@ -94,11 +97,14 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
   for (int64_t i = 0; i < a.prompt_tokens; ++i) {
     prompt.push_back(static_cast<int32_t>((1 + 7919 * i) % info.vocab_size));
   }
+  std::vector<int32_t> continuation;  // the greedy tokens of the last pass (replay's drafts)
   auto decode_pass = [&](std::vector<StepStats>* steps) -> Status {
     session->Reset();
     DF_RETURN_IF_ERROR(session->Prefill(prompt));
+    continuation.clear();
     for (int64_t s = 0; s < a.steps; ++s) {
       const int32_t next = ArgmaxToken(session->Logits());
+      continuation.push_back(next);
       const SessionStats before = session->stats();
       const uint64_t io_before = ProcReadBytes();
       const auto t0 = std::chrono::steady_clock::now();
@@ -119,6 +125,67 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
   std::vector<StepStats> steps;
   DF_RETURN_IF_ERROR(decode_pass(&steps));
 
+  // Speculation, measured in the same run as the baseline above: `steps` greedy tokens per run,
+  // s/token = the passes' wall time / the tokens they produced (the first token, from the
+  // prompt's logits, is not counted), bytes per token the same way.
+  struct SpecRun {
+    int64_t k = 0;
+    double s_per_token = 0, tokens_per_pass = 0, bytes_per_token = 0, acceptance = 0;
+  };
+  auto speculative_pass = [&](Drafter* drafter, int64_t k, bool adaptive) -> Result<SpecRun> {
+    session->Reset();
+    DF_RETURN_IF_ERROR(session->Prefill(prompt));
+    SpeculateOptions so;
+    so.draft_max = k;
+    so.adaptive = adaptive;
+    Speculator spec(session.get(), drafter, so, info.context_capacity);
+    spec.Start(prompt);
+    Sampler greedy(SamplingParams{});
+    std::vector<int32_t> out, emitted;
+    DF_RETURN_IF_ERROR(spec.Step(greedy, a.steps, &out));  // the prompt's token: no pass
+    emitted = out;
+    const SessionStats before = session->stats();
+    while (static_cast<int64_t>(emitted.size()) < a.steps) {
+      DF_RETURN_IF_ERROR(spec.Step(greedy, a.steps - static_cast<int64_t>(emitted.size()), &out));
+      emitted.insert(emitted.end(), out.begin(), out.end());
+    }
+    if (emitted != continuation) {
+      return Status::Error(
+          "speculative greedy tokens differ from plain decoding (k = " + std::to_string(k) + ")");
+    }
+    const SessionStats delta = Subtract(session->stats(), before);
+    const SpeculativeTotals& t = spec.totals();
+    SpecRun r;
+    r.k = k;
+    r.s_per_token = t.tokens > 0 ? t.seconds / double(t.tokens) : 0;
+    r.tokens_per_pass = t.tokens_per_pass();
+    r.acceptance = t.acceptance();
+    r.bytes_per_token =
+        t.tokens > 0 ? double(delta.expert_bytes_needed + delta.spine_bytes_read) / double(t.tokens)
+                     : 0;
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "speculate k=%lld: %.4g s/token, %.2f tokens per pass, acceptance %.1f%%",
+                  static_cast<long long>(k), r.s_per_token, r.tokens_per_pass, 100 * r.acceptance);
+    LogInfo(line);
+    return r;
+  };
+  nlohmann::json replay = nlohmann::json::array();
+  SpecRun ngram_run;
+  if (a.speculate == "replay") {
+    ReplayDrafter drafter(continuation, static_cast<int64_t>(prompt.size()));
+    for (int64_t k : {1, 2, 4, 8}) {
+      if (k > a.draft_max) break;
+      DF_ASSIGN_OR_RETURN(SpecRun r, speculative_pass(&drafter, k, false));
+      replay.push_back({{"k", k},
+                        {"s_per_token", r.s_per_token},
+                        {"tokens_per_pass", r.tokens_per_pass},
+                        {"bytes_per_token", r.bytes_per_token}});
+    }
+  } else if (a.speculate == "ngram") {
+    NgramDrafter drafter;
+    DF_ASSIGN_OR_RETURN(ngram_run, speculative_pass(&drafter, a.draft_max, true));
+  }
   if (info.experts_streamed) {
     DF_ASSIGN_OR_RETURN(disk_after, measure_disk(seed + 1, "after"));
   }
@@ -193,7 +260,20 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
       {"ops_s_per_token", ops_per_token},
       {"ops_sum_s_per_token", ops_sum},
       {"steps", step_docs},
+      {"speculate", a.speculate},
+      {"draft_max", a.draft_max},
+      {"baseline_s_per_token", s_per_token},
   };
+  if (a.speculate == "replay") {
+    j["replay"] = replay;
+    j["tokens_per_pass"] = replay.empty() ? 1.0 : replay.back().value("tokens_per_pass", 1.0);
+  } else if (a.speculate == "ngram") {
+    j["speculate_s_per_token"] = ngram_run.s_per_token;
+    j["tokens_per_pass"] = ngram_run.tokens_per_pass;
+    j["acceptance"] = ngram_run.acceptance;
+  } else {
+    j["tokens_per_pass"] = 1.0;
+  }
   return j;
 }
 
@@ -259,7 +339,13 @@ void PrintReport(const nlohmann::json& j) {
                           "expert_read_mode",
                           "expert_cache_bytes",
                           "memory_limit",
-                          "peak_memory_bytes"}) {
+                          "peak_memory_bytes",
+                          "speculate",
+                          "draft_max",
+                          "baseline_s_per_token",
+                          "speculate_s_per_token",
+                          "tokens_per_pass",
+                          "acceptance"}) {
     if (!j.contains(key)) continue;
     const auto& v = j[key];
     if (v.is_number_float()) {
@@ -267,6 +353,13 @@ void PrintReport(const nlohmann::json& j) {
     } else {
       std::printf("| %s | %s |\n", key,
                   v.is_string() ? v.get<std::string>().c_str() : v.dump().c_str());
+    }
+  }
+  if (j.contains("replay")) {
+    for (const auto& r : j["replay"]) {
+      std::printf("| replay k=%lld | %.4g s/token, %.2f tokens/pass, %.4g bytes/token |\n",
+                  static_cast<long long>(r.value("k", 0)), r.value("s_per_token", 0.0),
+                  r.value("tokens_per_pass", 0.0), r.value("bytes_per_token", 0.0));
     }
   }
   if (!j.contains("ops_s_per_token")) return;
@@ -283,6 +376,7 @@ int RunDecodeBench(const DecodeBenchArgs& a) {
   auto base = a.model.Options();
   if (!base.ok()) return Fail(base.status());
   EngineOptions options = *base;
+  options.max_draft = a.speculate == "off" ? 0 : a.draft_max;
   uint64_t limit = 0;  // the cgroup limit; 0 = none
   if (a.scenario == "resident") {
     options.experts = EngineOptions::Experts::kMapped;
@@ -389,6 +483,15 @@ void RegisterBenchDecode(CLI::App* bench, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--probe-experts", args->probe_experts,
                   "Expert reads for the disk measurement (0 = about 1 GiB)");
+  cmd->add_option("--speculate", args->speculate,
+                  "Also measure speculative decoding: ngram (prompt lookup, the adaptive policy) "
+                  "or replay (the baseline's own greedy continuation offered as drafts, k = 1, 2, "
+                  "4, 8: the economics of a verify pass)")
+      ->check(OneOf({"off", "ngram", "replay"}))
+      ->capture_default_str();
+  cmd->add_option("--draft-max", args->draft_max, "Most drafts per verify pass")
+      ->check(IntRange(1, 64))
+      ->capture_default_str();
   cmd->add_flag("--no-memory-limit", args->no_memory_limit,
                 "Do not create a memory cgroup (numbers are then not trustworthy)");
   cmd->add_option("--json", args->json_path,

@@ -26,6 +26,7 @@
 #include "cli/live_output.h"
 #include "cli/token_stats.h"
 #include "deltafin/sampler.h"
+#include "deltafin/speculate.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -58,6 +59,8 @@ struct RunArgs {
   double top_p = 1;
   int64_t top_k = 0;
   uint64_t seed = 0;
+  std::string speculate = "ngram";  // off | ngram (docs/SPECULATION.md)
+  int draft_max = 8;
   // Given on the command line (an empty --prompt is not a missing one).
   const CLI::Option* prompt_opt = nullptr;
   const CLI::Option* prompt_ids_opt = nullptr;
@@ -266,7 +269,12 @@ int RunGenerate(const RunArgs& args) {
             "): stdout gets the generated ids");
   }
 
-  auto engine = args.model.LoadEngine();
+  // The router trace records every fed position, and a verify pass feeds drafts it then drops:
+  // tracing decodes without speculation.
+  const bool speculate = args.speculate == "ngram" && args.trace.empty();
+  ModelFlags model = args.model;
+  model.max_draft = speculate ? args.draft_max : 0;
+  auto engine = model.LoadEngine();
   if (!engine.ok()) return Fail(engine.status());
   const ModelInfo& info = (*engine)->info();
   auto session = (*engine)->NewSession();
@@ -316,25 +324,58 @@ int RunGenerate(const RunArgs& args) {
   const auto t1 = Clock::now();
   std::vector<int32_t> generated;
   generated.reserve(static_cast<size_t>(args.max_new));
-  for (int64_t i = 0; i < args.max_new; ++i) {
-    const int32_t next = sampler.Sample(session->Logits());
-    generated.push_back(next);
-    auto end = text.Feed(next);
-    if (!end.ok()) {
-      st = end.status();
-      break;
-    }
-    const bool stop = next == info.eos_token_id || next == end_of_message || *end;
-    if (stop && !args.ignore_eos) break;
-    if (i + 1 == args.max_new) break;
-    if (stats.enabled()) stats.Begin();
-    st = session->Decode(next);
+  NgramDrafter ngram;
+  SpeculateOptions spec_options;
+  spec_options.draft_max = args.draft_max;
+  Speculator speculator(session.get(), speculate ? &ngram : nullptr, spec_options,
+                        info.context_capacity);
+  speculator.Start(*ids);
+  std::vector<int32_t> step;
+  step.reserve(static_cast<size_t>(args.draft_max) + 1);
+  bool done = false;
+  for (bool first = true; !done && static_cast<int64_t>(generated.size()) < args.max_new;
+       first = false) {
+    const int64_t position = session->position();
+    if (!first && stats.enabled()) stats.Begin();
+    st = speculator.Step(sampler, args.max_new - static_cast<int64_t>(generated.size()), &step);
     if (!st.ok()) break;
-    if (stats.enabled()) stats.End("decode");
-    if (trace) {
-      st = trace->WritePositions(session->position() - 1, {&next, 1});
-      if (!st.ok()) break;
+    if (!first) {
+      const SpeculativePass& pass = speculator.last_pass();
+      if (stats.enabled()) stats.End(pass.rows == 1 ? "decode" : "verify");
+      if (args.stats && pass.rows > 1) {
+        LogInfo("speculate: drafted " + std::to_string(pass.drafted) + ", accepted " +
+                std::to_string(pass.accepted) + ", rows " + std::to_string(pass.rows));
+      }
+      if (trace) {
+        st = trace->WritePositions(position, {&generated.back(), 1});
+        if (!st.ok()) break;
+      }
     }
+    for (const int32_t next : step) {
+      generated.push_back(next);
+      auto end = text.Feed(next);
+      if (!end.ok()) {
+        st = end.status();
+        done = true;
+        break;
+      }
+      const bool stop = next == info.eos_token_id || next == end_of_message || *end;
+      if (stop && !args.ignore_eos) {
+        done = true;
+        break;
+      }
+    }
+  }
+  if (args.stats && speculate) {
+    const SpeculativeTotals& t = speculator.totals();
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "speculate: %lld passes, %.2f tokens per pass, acceptance %.1f%% (%lld of %lld "
+                  "drafts), %.4f s per token",
+                  static_cast<long long>(t.passes), t.tokens_per_pass(), 100 * t.acceptance(),
+                  static_cast<long long>(t.accepted), static_cast<long long>(t.drafted),
+                  t.tokens > 0 ? t.seconds / double(t.tokens) : 0.0);
+    LogInfo(line);
   }
   const auto t2 = Clock::now();
   text.Finish();
@@ -427,6 +468,12 @@ void RegisterRun(CLI::App& app, int* exit_code) {
                                    "(default: a fresh one, printed on stderr)")
                        ->check(IntRange(0, INT64_MAX))
                        ->default_str("");
+  cmd->add_option("--speculate", args->speculate,
+                  "Speculative decoding: ngram drafts from the context (prompt lookup), verified "
+                  "in one pass; lossless (docs/SPECULATION.md). off: one token per pass")
+      ->check(OneOf({"off", "ngram"}));
+  cmd->add_option("--draft-max", args->draft_max, "Most draft tokens per verify pass")
+      ->check(IntRange(1, 64));
   cmd->add_option("--ids-out", args->ids_out,
                   "Write the generated token ids to this file as one JSON array");
   cmd->add_option("--trace", args->trace,

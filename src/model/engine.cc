@@ -29,14 +29,19 @@ struct Engine::Impl {
 };
 
 struct Session::Impl {
-  explicit Impl(const ModelWeights& w, int64_t chunk, int64_t capacity)
-      : forward(w, chunk, capacity), vocab(w.config.vocab_size) {
+  explicit Impl(const ModelWeights& w, int64_t chunk, int64_t capacity, int64_t verify_rows,
+                KdaRollbackMode rollback)
+      : forward(w, std::max(chunk, verify_rows), capacity, verify_rows, rollback),
+        vocab(w.config.vocab_size),
+        prefill_chunk(chunk) {
     logits.Resize(static_cast<size_t>(vocab));
   }
   ForwardPass forward;
   int64_t vocab;
-  AlignedBuffer<float> logits;         // [vocab] of the last fed position
-  std::mutex* stream_mutex = nullptr;  // held during a forward pass when experts stream
+  int64_t prefill_chunk;                // positions per prefill Run (max_chunk may be larger)
+  const float* pending_rows = nullptr;  // logits rows of the pending Verify
+  AlignedBuffer<float> logits;          // [vocab] of the last fed position
+  std::mutex* stream_mutex = nullptr;   // held during a forward pass when experts stream
 };
 
 namespace {
@@ -59,7 +64,8 @@ uint64_t SpecBytes(const std::vector<TensorSpec>& specs, bool spine_int8) {
 
 // One session's recurrent state, latent cache and working buffers (forward.cc, kda.cc, mla.cc,
 // moe.cc reserve these), computed from the config with a margin for small buffers.
-uint64_t SessionBytes(const ModelConfig& c, int64_t chunk, int64_t capacity) {
+uint64_t SessionBytes(const ModelConfig& c, int64_t chunk, int64_t capacity, int64_t verify_rows,
+                      KdaRollbackMode rollback) {
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
   const int64_t p = c.kda_width(), h = c.hidden_size, k = c.num_experts_per_token;
   const int64_t anchors = (c.num_hidden_layers - 1) / c.attn_res_block_size + 1;
@@ -77,8 +83,25 @@ uint64_t SessionBytes(const ModelConfig& c, int64_t chunk, int64_t capacity) {
       c.mla_heads * (c.mla_q_head_dim() + 2 * c.v_head_dim) + c.kv_lora_rank + c.qk_rope_head_dim +
       2 * width + c.num_experts + 4 * k + c.routed_expert_hidden_size * (4 + k) +
       2 * c.moe_intermediate_size;
-  floats += u(chunk * per_position + 2 * c.vocab_size + capacity + 3 * c.num_experts);
-  return floats * 4 + (32ull << 20);
+  floats += u(std::max(chunk, verify_rows) * per_position + 2 * c.vocab_size + capacity +
+              3 * c.num_experts);
+  // Speculative verification: per-row rollback data, and replay's copy of the state.
+  uint64_t rollback_bytes = 0;
+  if (verify_rows > 0) {
+    const int64_t state = c.kda_heads * c.kda_head_dim * c.kda_head_dim;
+    rollback_bytes = u(verify_rows) * KdaRollback::BytesPerRow(c, rollback) +
+                     (rollback == KdaRollbackMode::kReplay ? u(state) * 4 : 0) +
+                     u(3 * (c.conv_kernel_size - 1) * p) * 4;
+    rollback_bytes *=
+        u(std::count(c.layer_kinds.begin(), c.layer_kinds.end(), AttentionKind::kKda));
+  }
+  return floats * 4 + rollback_bytes + (32ull << 20);
+}
+
+int64_t VerifyRows(const EngineOptions& o) { return o.max_draft > 0 ? o.max_draft + 1 : 0; }
+KdaRollbackMode RollbackMode(const EngineOptions& o) {
+  return o.rollback == EngineOptions::Rollback::kSnapshot ? KdaRollbackMode::kSnapshot
+                                                          : KdaRollbackMode::kReplay;
 }
 
 Result<MemoryPlan> PlanFor(const EngineOptions& o, const ModelConfig& c, int64_t chunk,
@@ -92,7 +115,7 @@ Result<MemoryPlan> PlanFor(const EngineOptions& o, const ModelConfig& c, int64_t
   }
   needs.all_expert_bytes = c.ExpertBytes() * static_cast<uint64_t>(c.num_experts) *
                            static_cast<uint64_t>(c.num_moe_layers());
-  needs.session_bytes = SessionBytes(c, chunk, capacity);
+  needs.session_bytes = SessionBytes(c, chunk, capacity, VerifyRows(o), RollbackMode(o));
   needs.min_expert_cache = ExpertStreamer::MinCacheBytes(c, o.io_threads);
   MemoryBudget budget;
   if (o.mem_limit > 0) {
@@ -124,6 +147,9 @@ struct LoadPlan {
 Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c) {
   if (options.prefill_chunk < 1) return Status::Error("prefill chunk must be >= 1");
   if (options.threads < 0) return Status::Error("threads must be >= 0");
+  if (options.max_draft < 0 || options.max_draft > 64) {
+    return Status::Error("max draft must be in [0, 64]");
+  }
   int64_t capacity = options.context_capacity;
   if (capacity <= 0) capacity = std::min<int64_t>(c.max_position_embeddings, 4096);
   if (capacity > c.max_position_embeddings) {
@@ -251,7 +277,9 @@ const ModelInfo& Engine::info() const { return impl_->info; }
 
 std::unique_ptr<Session> Engine::NewSession() const {
   const int64_t chunk = std::min(impl_->options.prefill_chunk, impl_->info.context_capacity);
-  auto impl = std::make_unique<Session::Impl>(*impl_->weights, chunk, impl_->info.context_capacity);
+  auto impl =
+      std::make_unique<Session::Impl>(*impl_->weights, chunk, impl_->info.context_capacity,
+                                      VerifyRows(impl_->options), RollbackMode(impl_->options));
   impl->forward.SetExpertFetcher(impl_->options.expert_fetcher.get());
   impl->forward.SetSpineNotResident(!impl_->spine_resident);
   if (impl_->streamer) {
@@ -275,7 +303,7 @@ Status Session::Prefill(std::span<const int32_t> tokens, std::span<float> all_lo
   std::unique_lock<std::mutex> lock;
   if (impl_->stream_mutex != nullptr) lock = std::unique_lock<std::mutex>(*impl_->stream_mutex);
   for (size_t begin = 0; begin < tokens.size();) {
-    const size_t n = std::min(tokens.size() - begin, static_cast<size_t>(f.max_chunk()));
+    const size_t n = std::min(tokens.size() - begin, static_cast<size_t>(impl_->prefill_chunk));
     if (!all_logits.empty()) {
       DF_RETURN_IF_ERROR(f.Run(tokens.data() + begin, static_cast<int64_t>(n), true,
                                all_logits.data() + begin * vocab));
@@ -298,9 +326,38 @@ Status Session::Decode(int32_t token) {
   return impl_->forward.Run(&token, 1, false, impl_->logits.data());
 }
 
+Status Session::Verify(std::span<const int32_t> tokens, std::span<float> logits_rows) {
+  const auto vocab = static_cast<size_t>(impl_->vocab);
+  if (tokens.empty()) return Status::Error("verify needs at least one token");
+  if (logits_rows.size() != tokens.size() * vocab) {
+    return Status::Error("logits_rows must hold tokens.size() * vocab floats");
+  }
+  std::unique_lock<std::mutex> lock;
+  if (impl_->stream_mutex != nullptr) lock = std::unique_lock<std::mutex>(*impl_->stream_mutex);
+  DF_RETURN_IF_ERROR(impl_->forward.Verify(tokens.data(), static_cast<int64_t>(tokens.size()),
+                                           logits_rows.data()));
+  impl_->pending_rows = logits_rows.data();
+  return Status::Ok();
+}
+
+Status Session::Commit(int64_t accepted) {
+  DF_RETURN_IF_ERROR(impl_->forward.Commit(accepted));
+  const auto vocab = static_cast<size_t>(impl_->vocab);
+  std::copy_n(impl_->pending_rows + static_cast<size_t>(accepted) * vocab, vocab,
+              impl_->logits.data());
+  impl_->pending_rows = nullptr;
+  return Status::Ok();
+}
+
+int64_t Session::max_verify_rows() const { return impl_->forward.max_verify_rows(); }
+uint64_t Session::rollback_bytes_per_row() const { return impl_->forward.rollback_bytes_per_row(); }
+
 std::span<const float> Session::Logits() const { return impl_->logits.span(); }
 int64_t Session::position() const { return impl_->forward.position(); }
-void Session::Reset() { impl_->forward.Reset(); }
+void Session::Reset() {
+  impl_->forward.Reset();
+  impl_->pending_rows = nullptr;
+}
 void Session::SetObserver(ForwardObserver* observer) { impl_->forward.SetObserver(observer); }
 const SessionStats& Session::stats() const { return impl_->forward.stats(); }
 void Session::ResetStats() { impl_->forward.ResetStats(); }

@@ -1,5 +1,6 @@
 #include "model/forward.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -9,8 +10,13 @@
 
 namespace deltafin {
 
-ForwardPass::ForwardPass(const ModelWeights& weights, int64_t max_chunk, int64_t capacity)
-    : w_(weights), c_(weights.config), max_chunk_(max_chunk), capacity_(capacity) {
+ForwardPass::ForwardPass(const ModelWeights& weights, int64_t max_chunk, int64_t capacity,
+                         int64_t max_verify_rows, KdaRollbackMode rollback)
+    : w_(weights),
+      c_(weights.config),
+      max_chunk_(max_chunk),
+      capacity_(capacity),
+      max_verify_rows_(std::min(max_verify_rows, max_chunk)) {
   const int64_t layers = c_.num_hidden_layers, h = c_.hidden_size, n = max_chunk;
   // Boundaries are layers 0, B, 2B, ... each pushes one anchor.
   max_anchors_ = (layers - 1) / c_.attn_res_block_size + 1;
@@ -21,6 +27,14 @@ ForwardPass::ForwardPass(const ModelWeights& weights, int64_t max_chunk, int64_t
       kda_[static_cast<size_t>(i)].Init(c_);
     } else {
       mla_[static_cast<size_t>(i)].Init(c_, capacity);
+    }
+  }
+  rollback_.resize(static_cast<size_t>(layers));
+  if (max_verify_rows_ > 0) {
+    for (int64_t i = 0; i < layers; ++i) {
+      if (c_.layer_kinds[static_cast<size_t>(i)] == AttentionKind::kKda) {
+        rollback_[static_cast<size_t>(i)].Reserve(c_, rollback, max_verify_rows_);
+      }
     }
   }
   kda_scratch_.Reserve(c_, n);
@@ -38,6 +52,8 @@ ForwardPass::ForwardPass(const ModelWeights& weights, int64_t max_chunk, int64_t
 
 void ForwardPass::Reset() {
   position_ = 0;
+  pending_rows_ = 0;
+  for (auto& r : rollback_) r.rows = 0;
   for (auto& k : kda_) k.Clear();
   for (auto& m : mla_) m.length = 0;
 }
@@ -93,6 +109,7 @@ void ForwardPass::Tail(int64_t t, int64_t n_anchors, float* logits) {
 Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, float* logits) {
   const int64_t h = c_.hidden_size;
   if (n < 1 || n > max_chunk_) return Status::Error("chunk size out of range");
+  if (pending_rows_ > 0) return Status::Error("a verify pass awaits Commit");
   if (position_ + n > capacity_) {
     return Status::Error("context full: " + std::to_string(position_ + n) +
                          " positions exceed the session capacity of " + std::to_string(capacity_) +
@@ -143,7 +160,8 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
     // 3. Attention.
     if (lw.kind == AttentionKind::kKda) {
       KdaForward(c_, lw.kda, normed_.data(), n, &kda_[static_cast<size_t>(i)], &kda_scratch_,
-                 sublayer_.data(), &timer_);
+                 sublayer_.data(), &timer_,
+                 verifying_ ? &rollback_[static_cast<size_t>(i)] : nullptr);
     } else {
       DF_RETURN_IF_ERROR(MlaForward(c_, lw.mla, normed_.data(), n, &mla_[static_cast<size_t>(i)],
                                     &mla_scratch_, sublayer_.data(), &timer_));
@@ -230,6 +248,58 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats_.compute_seconds += wall - (stats_.io_wait_seconds - io_wait_before);
   return Status::Ok();
+}
+
+Status ForwardPass::Verify(const int32_t* tokens, int64_t n, float* logits) {
+  if (n < 1 || n > max_verify_rows_) {
+    return Status::Error("verify rows " + std::to_string(n) + " outside [1, " +
+                         std::to_string(max_verify_rows_) + "] (the session's max draft + 1)");
+  }
+  const int64_t start = position_;
+  verifying_ = true;
+  const Status st = Run(tokens, n, true, logits);
+  verifying_ = false;
+  if (!st.ok()) {
+    // A failed pass may have advanced some layers: the sequence is no longer usable as is.
+    for (auto& r : rollback_) r.rows = 0;
+    return st;
+  }
+  pending_rows_ = n;
+  pending_start_ = start;
+  return Status::Ok();
+}
+
+Status ForwardPass::Commit(int64_t accepted) {
+  if (pending_rows_ == 0) return Status::Error("Commit without a verify pass");
+  if (accepted < 0 || accepted >= pending_rows_) {
+    return Status::Error("Commit keeps rows 0.." + std::to_string(accepted) + " of a pass of " +
+                         std::to_string(pending_rows_));
+  }
+  timer_.Start(&stats_);
+  for (int64_t i = 0; i < c_.num_hidden_layers; ++i) {
+    if (c_.layer_kinds[static_cast<size_t>(i)] == AttentionKind::kKda) {
+      KdaRollbackTo(c_, accepted, &rollback_[static_cast<size_t>(i)],
+                    &kda_[static_cast<size_t>(i)]);
+    } else {
+      mla_[static_cast<size_t>(i)].length = pending_start_ + accepted + 1;
+    }
+  }
+  // Rows past `accepted` were fed but are not part of the sequence.
+  stats_.positions -= static_cast<uint64_t>(pending_rows_ - accepted - 1);
+  position_ = pending_start_ + accepted + 1;
+  pending_rows_ = 0;
+  timer_.Charge(OpFamily::kKdaRecurrence);
+  return Status::Ok();
+}
+
+uint64_t ForwardPass::rollback_bytes_per_row() const {
+  uint64_t total = 0;
+  for (int64_t i = 0; i < c_.num_hidden_layers; ++i) {
+    if (c_.layer_kinds[static_cast<size_t>(i)] == AttentionKind::kKda && max_verify_rows_ > 0) {
+      total += KdaRollback::BytesPerRow(c_, rollback_[static_cast<size_t>(i)].mode);
+    }
+  }
+  return total;
 }
 
 }  // namespace deltafin

@@ -26,12 +26,34 @@ namespace deltafin {
 
 class ForwardPass {
  public:
-  // `max_chunk`: positions per Run(); `capacity`: longest sequence (MLA cache).
-  ForwardPass(const ModelWeights& weights, int64_t max_chunk, int64_t capacity);
+  // `max_chunk`: positions per Run(); `capacity`: longest sequence (MLA cache);
+  // `max_verify_rows`: rows of the longest speculative verify pass (0: none; <= max_chunk).
+  ForwardPass(const ModelWeights& weights, int64_t max_chunk, int64_t capacity,
+              int64_t max_verify_rows = 0, KdaRollbackMode rollback = KdaRollbackMode::kReplay);
 
   // Feeds tokens[0..n) (n <= max_chunk) at position(). Writes logits of every position into
   // `logits` [n, vocab] when `all_positions`, else only the last one into logits [vocab].
   Status Run(const int32_t* tokens, int64_t n, bool all_positions, float* logits);
+
+  // Speculative verification (docs/SPECULATION.md): feeds tokens[0..n) (n <= max_verify_rows) like
+  // Run(all_positions) and records what Commit needs to keep only a prefix of them. Until Commit,
+  // no other Run or Verify is allowed.
+  Status Verify(const int32_t* tokens, int64_t n, float* logits);
+  // Keeps rows 0..accepted of the pending verify pass: KDA recurrent and conv state, MLA cache
+  // length and position become exactly what feeding those rows alone gives. Allocation-free.
+  Status Commit(int64_t accepted);
+  bool verify_pending() const { return pending_rows_ > 0; }
+  int64_t max_verify_rows() const { return max_verify_rows_; }
+  // KDA rollback memory reserved per verify row, all layers (the memory report).
+  uint64_t rollback_bytes_per_row() const;
+  // Tests: the per-layer state (null where the layer is of the other kind).
+  const KdaState* kda_state(int64_t layer) const {
+    return kda_[static_cast<size_t>(layer)].recurrent.size() ? &kda_[static_cast<size_t>(layer)]
+                                                             : nullptr;
+  }
+  const MlaCache* mla_cache(int64_t layer) const {
+    return mla_[static_cast<size_t>(layer)].capacity ? &mla_[static_cast<size_t>(layer)] : nullptr;
+  }
 
   int64_t position() const { return position_; }
   int64_t max_chunk() const { return max_chunk_; }
@@ -85,7 +107,12 @@ class ForwardPass {
   OpTimer timer_;                            // charges stats_.op_seconds during Run()
   std::unique_ptr<SpinePages> spine_pages_;  // null: the spine is resident
 
-  std::vector<KdaState> kda_;  // [layers] (only KDA layers initialised)
+  std::vector<KdaState> kda_;          // [layers] (only KDA layers initialised)
+  std::vector<KdaRollback> rollback_;  // [layers] (KDA layers, when verify rows are reserved)
+  int64_t max_verify_rows_ = 0;
+  int64_t pending_rows_ = 0;   // rows of the verify pass awaiting Commit
+  int64_t pending_start_ = 0;  // position before that pass
+  bool verifying_ = false;     // Run() records rollback data
   std::vector<MlaCache> mla_;  // [layers] (only MLA layers initialised)
   KdaScratch kda_scratch_;
   MlaScratch mla_scratch_;

@@ -41,7 +41,99 @@ void L2Normalize(float* u, int64_t n, float scale) {
   for (int64_t i = 0; i < n; ++i) u[i] *= inv;
 }
 
+// One position's state update of one head: 1. decay rows S[k][:] *= g[k]; 2. δ = v − Σ_k
+// k̂[k]·S[k][:];
+// 3. S += β·k̂·δᵀ. Never inlined: the forward pass and the verify-pass replay (KdaRollbackTo) run
+// this one copy of the code, so a replayed state equals the decoded one bit for bit.
+[[gnu::noinline]] void UpdateState(float* S, const float* gh, const float* kh, const float* vh,
+                                   float beta, int64_t dim, float* delta) {
+  for (int64_t kk = 0; kk < dim; ++kk) {
+    float* row = S + kk * dim;
+    for (int64_t vv = 0; vv < dim; ++vv) row[vv] *= gh[kk];
+  }
+  for (int64_t vv = 0; vv < dim; ++vv) delta[vv] = vh[vv];
+  for (int64_t kk = 0; kk < dim; ++kk) {
+    const float* row = S + kk * dim;
+    const float kv = kh[kk];
+    for (int64_t vv = 0; vv < dim; ++vv) delta[vv] -= kv * row[vv];
+  }
+  for (int64_t kk = 0; kk < dim; ++kk) {
+    float* row = S + kk * dim;
+    const float bk = beta * kh[kk];
+    for (int64_t vv = 0; vv < dim; ++vv) row[vv] += bk * delta[vv];
+  }
+}
+
+void Copy(const AlignedBuffer<float>& from, AlignedBuffer<float>* to) {
+  std::memcpy(to->data(), from.data(), from.size() * sizeof(float));
+}
+
 }  // namespace
+
+void KdaRollback::Reserve(const ModelConfig& c, KdaRollbackMode m, int64_t max_rows) {
+  mode = m;
+  rows = 0;
+  const auto p = static_cast<size_t>(c.kda_width());
+  const auto hist = static_cast<size_t>(c.conv_kernel_size - 1) * p;
+  const auto state = static_cast<size_t>(c.kda_heads * c.kda_head_dim * c.kda_head_dim);
+  const auto r = static_cast<size_t>(max_rows);
+  conv_q.Resize(hist);
+  conv_k.Resize(hist);
+  conv_v.Resize(hist);
+  raw.Resize(r * 3 * p);
+  if (mode == KdaRollbackMode::kReplay) {
+    base.Resize(state);
+    inputs.Resize(r * (3 * p + static_cast<size_t>(c.kda_heads)));
+    delta.Resize(static_cast<size_t>(c.kda_head_dim));
+  } else {
+    snapshots.Resize((r > 1 ? r - 1 : 0) * state);
+  }
+}
+
+uint64_t KdaRollback::BytesPerRow(const ModelConfig& c, KdaRollbackMode mode) {
+  const auto p = static_cast<uint64_t>(c.kda_width());
+  const auto state = static_cast<uint64_t>(c.kda_heads * c.kda_head_dim * c.kda_head_dim);
+  const uint64_t floats =
+      3 * p +
+      (mode == KdaRollbackMode::kReplay ? 3 * p + static_cast<uint64_t>(c.kda_heads) : state);
+  return floats * sizeof(float);
+}
+
+void KdaRollbackTo(const ModelConfig& c, int64_t accepted, KdaRollback* rb, KdaState* state) {
+  const int64_t p = c.kda_width(), heads = c.kda_heads, dim = c.kda_head_dim,
+                kernel = c.conv_kernel_size, rows = rb->rows;
+  rb->rows = 0;
+  if (accepted + 1 >= rows) return;  // every row kept: the live state is already right
+  // Conv history after row `accepted`: the last K-1 raw rows of [history before, raw 0..accepted].
+  const int64_t fed = accepted + 1;
+  AlignedBuffer<float>* hist[3] = {&state->conv_q, &state->conv_k, &state->conv_v};
+  const AlignedBuffer<float>* before[3] = {&rb->conv_q, &rb->conv_k, &rb->conv_v};
+  for (int64_t which = 0; which < 3; ++which) {
+    for (int64_t j = 0; j < kernel - 1; ++j) {
+      const int64_t src = j + fed;  // index in the concatenation (K-1 old rows, then fed rows)
+      const float* from = src < kernel - 1
+                              ? before[which]->data() + src * p
+                              : rb->raw.data() + ((src - (kernel - 1)) * 3 + which) * p;
+      std::memcpy(hist[which]->data() + j * p, from, static_cast<size_t>(p) * sizeof(float));
+    }
+  }
+  const size_t state_floats = static_cast<size_t>(heads * dim * dim);
+  if (rb->mode == KdaRollbackMode::kSnapshot) {
+    std::memcpy(state->recurrent.data(), rb->snapshots.data() + accepted * state_floats,
+                state_floats * sizeof(float));
+    return;
+  }
+  Copy(rb->base, &state->recurrent);
+  const int64_t stride = 3 * p + heads;
+  for (int64_t t = 0; t <= accepted; ++t) {
+    const float* in = rb->inputs.data() + t * stride;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* S = state->recurrent.data() + h * dim * dim;
+      UpdateState(S, in + 2 * p + h * dim, in + h * dim, in + p + h * dim, in[3 * p + h], dim,
+                  rb->delta.data());
+    }
+  }
+}
 
 void KdaState::Init(const ModelConfig& c) {
   const auto hist = static_cast<size_t>((c.conv_kernel_size - 1) * c.kda_width());
@@ -67,9 +159,16 @@ void KdaScratch::Reserve(const ModelConfig& c, int64_t max_positions) {
 }
 
 void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64_t n,
-                KdaState* state, KdaScratch* s, float* out, OpTimer* timer) {
+                KdaState* state, KdaScratch* s, float* out, OpTimer* timer, KdaRollback* rollback) {
   const int64_t p = c.kda_width(), heads = c.kda_heads, dim = c.kda_head_dim,
                 kernel = c.conv_kernel_size;
+  if (rollback != nullptr) {
+    rollback->rows = n;
+    Copy(state->conv_q, &rollback->conv_q);
+    Copy(state->conv_k, &rollback->conv_k);
+    Copy(state->conv_v, &rollback->conv_v);
+    if (rollback->mode == KdaRollbackMode::kReplay) Copy(state->recurrent, &rollback->base);
+  }
   // Projections of all n positions at once (they only depend on x).
   Linear(w.q_proj, x, n, s->q.data());
   Linear(w.k_proj, x, n, s->k.data());
@@ -87,6 +186,15 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
     float* v = s->v.data() + t * p;
     float* g = s->decay.data() + t * p;
     float* o = s->out.data() + t * p;
+    float* replay = rollback != nullptr && rollback->mode == KdaRollbackMode::kReplay
+                        ? rollback->inputs.data() + t * (3 * p + heads)
+                        : nullptr;
+    if (rollback != nullptr) {
+      float* raw = rollback->raw.data() + t * 3 * p;
+      std::memcpy(raw, q, static_cast<size_t>(p) * sizeof(float));
+      std::memcpy(raw + p, k, static_cast<size_t>(p) * sizeof(float));
+      std::memcpy(raw + 2 * p, v, static_cast<size_t>(p) * sizeof(float));
+    }
     ConvStep(w.q_conv, p, kernel, state->conv_q.data(), q, s->window.data());
     ConvStep(w.k_conv, p, kernel, state->conv_k.data(), k, s->window.data());
     ConvStep(w.v_conv, p, kernel, state->conv_v.data(), v, s->window.data());
@@ -106,23 +214,14 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
         gh[d] = std::exp(c.gate_lower_bound * Sigmoid(a * (gh[d] + w.dt_bias[h * dim + d])));
       }
       float* S = state->recurrent.data() + h * dim * dim;  // S[k][v]
-      // 1. decay rows; 2. δ = v − Σ_k k̂[k]·S[k][:]
-      for (int64_t kk = 0; kk < dim; ++kk) {
-        float* row = S + kk * dim;
-        for (int64_t vv = 0; vv < dim; ++vv) row[vv] *= gh[kk];
+      if (replay != nullptr) {
+        std::memcpy(replay + h * dim, kh, static_cast<size_t>(dim) * sizeof(float));
+        std::memcpy(replay + p + h * dim, vh, static_cast<size_t>(dim) * sizeof(float));
+        std::memcpy(replay + 2 * p + h * dim, gh, static_cast<size_t>(dim) * sizeof(float));
+        replay[3 * p + h] = beta;
       }
-      for (int64_t vv = 0; vv < dim; ++vv) oh[vv] = vh[vv];  // oh holds δ for now
-      for (int64_t kk = 0; kk < dim; ++kk) {
-        const float* row = S + kk * dim;
-        const float kv = kh[kk];
-        for (int64_t vv = 0; vv < dim; ++vv) oh[vv] -= kv * row[vv];
-      }
-      // 3. write S += β·k̂·δᵀ; 4. read o = Σ_k q̂[k]·S[k][:] with the updated state.
-      for (int64_t kk = 0; kk < dim; ++kk) {
-        float* row = S + kk * dim;
-        const float bk = beta * kh[kk];
-        for (int64_t vv = 0; vv < dim; ++vv) row[vv] += bk * oh[vv];
-      }
+      UpdateState(S, gh, kh, vh, beta, dim, oh);  // oh holds δ for now
+      // 4. read o = Σ_k q̂[k]·S[k][:] with the updated state.
       for (int64_t vv = 0; vv < dim; ++vv) oh[vv] = 0.0f;
       for (int64_t kk = 0; kk < dim; ++kk) {
         const float* row = S + kk * dim;
@@ -133,6 +232,11 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
       RmsNorm(oh, w.o_norm, dim, c.rms_norm_eps, oh);
       const float* gate = s->gate.data() + t * p + h * dim;
       for (int64_t d = 0; d < dim; ++d) oh[d] *= Sigmoid(gate[d]);
+    }
+    if (rollback != nullptr && rollback->mode == KdaRollbackMode::kSnapshot && t + 1 < n) {
+      const size_t floats = state->recurrent.size();
+      std::memcpy(rollback->snapshots.data() + t * floats, state->recurrent.data(),
+                  floats * sizeof(float));
     }
     Charge(timer, OpFamily::kKdaRecurrence);
   }

@@ -11,32 +11,18 @@ namespace deltafin {
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {}
 
-int32_t Sampler::Sample(std::span<const float> logits) { return Sample(logits, {}); }
-
-int32_t Sampler::Sample(std::span<const float> logits, std::span<const uint8_t> allowed) {
+// The processed distribution of a draw: the finite candidates (only ids with allowed[id] != 0 when
+// `allowed` is non-empty) sorted best first in cand_, their unnormalised probabilities in probs_,
+// and the nucleus size. 0: the draw is greedy, or there is no finite candidate.
+size_t Sampler::Prepare(std::span<const float> logits, std::span<const uint8_t> allowed) {
+  if (params_.temperature <= 0 || logits.empty()) return 0;
   const bool masked = !allowed.empty();
-  if (!masked && (params_.temperature <= 0 || logits.empty())) return ArgmaxToken(logits);
-  if (masked && params_.temperature <= 0) {
-    int32_t best = -1;
-    for (size_t i = 0; i < logits.size() && i < allowed.size(); ++i) {
-      if (allowed[i] && (best < 0 || logits[i] > logits[static_cast<size_t>(best)])) {
-        best = static_cast<int32_t>(i);
-      }
-    }
-    return best;
-  }
   cand_.clear();
   for (size_t i = 0; i < logits.size(); ++i) {
     if (masked && (i >= allowed.size() || !allowed[i])) continue;
     if (std::isfinite(logits[i])) cand_.push_back({logits[i], static_cast<int32_t>(i)});
   }
-  if (cand_.empty()) {
-    if (!masked) return ArgmaxToken(logits);
-    for (size_t i = 0; i < allowed.size(); ++i) {
-      if (allowed[i]) return static_cast<int32_t>(i);  // only non-finite logits are allowed
-    }
-    return -1;
-  }
+  if (cand_.empty()) return 0;
   auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
@@ -68,16 +54,68 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const uint8_t> 
       }
     }
   }
+  return keep;
+}
+
+int32_t Sampler::Sample(std::span<const float> logits) { return Sample(logits, {}); }
+
+int32_t Sampler::Sample(std::span<const float> logits, std::span<const uint8_t> allowed) {
+  const size_t keep = Prepare(logits, allowed);
+  if (keep == 0) {
+    if (allowed.empty()) return ArgmaxToken(logits);
+    // Greedy over the allowed ids (ties to the lowest; the first allowed one when every allowed
+    // logit is non-finite); -1 when nothing is allowed.
+    int32_t best = -1;
+    for (size_t i = 0; i < logits.size() && i < allowed.size(); ++i) {
+      if (allowed[i] && (best < 0 || logits[i] > logits[static_cast<size_t>(best)])) {
+        best = static_cast<int32_t>(i);
+      }
+    }
+    return best;
+  }
   double kept = 0;
   for (size_t i = 0; i < keep; ++i) kept += probs_[i];
   // A uniform double in [0, 1) from the top 53 bits.
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * kept;
+  const double u = Uniform() * kept;
   double acc = 0;
   for (size_t i = 0; i < keep; ++i) {
     acc += probs_[i];
     if (u < acc) return cand_[i].second;
   }
   return cand_[keep - 1].second;
+}
+
+int32_t Sampler::AcceptOrResample(std::span<const float> logits, int32_t draft, bool* accepted) {
+  const size_t keep = Prepare(logits, {});
+  if (keep == 0) {
+    const int32_t best = ArgmaxToken(logits);
+    *accepted = best == draft;
+    return best;
+  }
+  double kept = 0, p_draft = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    kept += probs_[i];
+    if (cand_[i].second == draft) p_draft = probs_[i];
+  }
+  // Accept with probability p(draft) = p_draft / kept.
+  if (Uniform() * kept < p_draft) {
+    *accepted = true;
+    return draft;
+  }
+  *accepted = false;
+  // The residual: the kept candidates without the draft, renormalised.
+  const double rest = kept - p_draft;
+  const double u = Uniform() * rest;
+  double acc = 0;
+  size_t last = keep;
+  for (size_t i = 0; i < keep; ++i) {
+    if (cand_[i].second == draft) continue;
+    last = i;
+    acc += probs_[i];
+    if (u < acc) return cand_[i].second;
+  }
+  // Rounding left u at the top: the last non-draft candidate (a draft of mass 1 is always kept).
+  return last < keep ? cand_[last].second : draft;
 }
 
 }  // namespace deltafin

@@ -93,8 +93,10 @@ TEST_F(CliTest, StdoutIsTheTextAndIdsOutHasTheIds) {
 
 // With --stats, each decode step prints a stderr line: streamed text shows up between them (both
 // streams share one pipe here), where printing at the end would put it after the last one.
+// (Without speculation: an accepted draft is fed by its verify pass before it is shown.)
 TEST_F(CliTest, TextIsPrintedAsTokensAreProduced) {
-  const std::string flags = " --prompt-ids 72,101,108 --max-new 16 --ignore-eos --stats";
+  const std::string flags =
+      " --prompt-ids 72,101,108 --max-new 16 --ignore-eos --stats --speculate off";
   auto ids_run = RunCli(Run(flags + " --ids-out " + Path("stream_ids.json")));
   ASSERT_EQ(ids_run.exit_code, 0) << ids_run.output;
   const auto ids = ReadIds("stream_ids.json");
@@ -188,7 +190,7 @@ TEST_F(CliTest, PrefillProgressOnRequest) {
 TEST_F(CliTest, SamplingIsReproducibleAndIsTheEngineSampler) {
   const std::string flags =
       " --prompt-ids 72,101,108 --max-new 16 --ignore-eos --temperature 1.3 --top-k 40 --top-p "
-      "0.95";
+      "0.95 --speculate off";  // speculation draws other random numbers (docs/SPECULATION.md)
   for (const char* name : {"a", "b", "c"}) {
     const std::string seed = std::string(name) == "c" ? "8" : "7";
     auto run =
@@ -258,10 +260,26 @@ TEST_F(CliTest, OutputPathsAreCheckedBeforeTheModelLoads) {
       "--out ");
 }
 
+// Speculative decoding (docs/SPECULATION.md) gives the same greedy ids as plain decoding, on a
+// prompt whose repeats the n-gram drafter can use, and --stats reports its passes.
+TEST_F(CliTest, SpeculationKeepsGreedyIds) {
+  const std::string flags =
+      " --prompt-ids 72,101,108,72,101,108,72,101,108,72,101 --max-new 40 --ignore-eos";
+  auto off = RunCliStreams(Run(flags + " --speculate off --ids-out " + Path("spec_off.json")));
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  auto on = RunCliStreams(
+      Run(flags + " --speculate ngram --draft-max 4 --stats --ids-out " + Path("spec_on.json")));
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  EXPECT_EQ(ReadIds("spec_off.json"), ReadIds("spec_on.json"));
+  EXPECT_EQ(off.out, on.out);
+  EXPECT_HAS_SUBSTR(on.err, "tokens per pass, acceptance");
+}
+
 // A 6-position context fills after the 4th generated token: the text, --ids-out and --stats-json
 // still get all 4, and the error comes after the text.
 TEST_F(CliTest, AnErrorAfterGenerationStartedKeepsWhatWasGenerated) {
-  const std::string flags = " --prompt-ids 72,101,108 --ctx 6 --max-new 10 --ignore-eos";
+  const std::string flags =
+      " --prompt-ids 72,101,108 --ctx 6 --max-new 10 --ignore-eos --speculate off";
   auto split = RunCliStreams(Run(flags + " --ids-out " + Path("partial.json") + " --stats-json " +
                                  Path("partial_stats.json")));
   EXPECT_EQ(split.exit_code, 1) << split.err;

@@ -36,9 +36,10 @@ TEST_F(StreamE2e, StreamedRunGeneratesTheSameTokensAndReportsItsBytes) {
   auto mapped = RunCli(common + " --experts mapped --ids-out " + ShellQuote(mapped_ids));
   ASSERT_EQ(mapped.exit_code, 0) << mapped.output;
   const std::string stats_path = dir_.Join("stats.json");
-  auto streamed =
-      RunCli(common + " --experts streamed --expert-cache 1M --io-threads 2 --stats" +
-             " --stats-json " + ShellQuote(stats_path) + " --ids-out " + ShellQuote(streamed_ids));
+  auto streamed = RunCli(common + " --experts streamed --expert-cache 1M --io-threads 2 --stats" +
+                         // One decode step per token, as the step count below assumes.
+                         " --speculate off" + " --stats-json " + ShellQuote(stats_path) +
+                         " --ids-out " + ShellQuote(streamed_ids));
   ASSERT_EQ(streamed.exit_code, 0) << streamed.output;
   EXPECT_EQ(Ids(streamed_ids), Ids(mapped_ids)) << streamed.output;
   EXPECT_EQ(Ids(mapped_ids).front(), '[') << Ids(mapped_ids);
