@@ -1,6 +1,6 @@
 """Train the K3-architecture demo model on the King James Bible, from scratch, on the CPU.
 
-    /usr/bin/python3 training/train.py --work training/work --steps 420 --seed 1
+    /usr/bin/python3 training/train.py --work training/work --steps 3200 --seed 1
 
 Stages (the first is cached in --work and reused by later runs):
   1. corpus + BPE vocabulary + token ids (training/bpe.py);
@@ -98,7 +98,7 @@ def lr_at(step, steps, peak, warmup):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--work", default=os.path.join(HERE, "work"))
-    ap.add_argument("--steps", type=int, default=420)
+    ap.add_argument("--steps", type=int, default=3200)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
