@@ -510,9 +510,12 @@ int RunPlan(const PlanArgs& a) {
     std::fprintf(stderr, "plan: measured in %.1f s\n", Seconds(t0, Clock::now()));
   }
   if (profile_doc.is_null()) {
-    auto budget = MachineMemoryBudget();
+    // The engine's own machine budget (cgroup-aware, minus headroom): a plan with no --mem-limit.
+    EngineOptions machine = options;
+    machine.mem_limit = 0;
+    auto budget = Engine::Plan(machine);
     if (!budget.ok()) return Fail(budget.status());
-    m.ram_budget = budget->bytes;
+    m.ram_budget = budget->memory_budget;
   }
   const uint64_t machine_budget = mem_limit > 0 ? mem_limit : m.ram_budget;
 
