@@ -4,10 +4,10 @@
 #include <filesystem>
 #include <thread>
 
+#include "base/byte_size.h"
 #include "base/log.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "experts/memory_plan.h"
 #include "server/cors.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"

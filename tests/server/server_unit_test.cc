@@ -715,12 +715,28 @@ TEST(ResponsesTest, ParsesItemsInstructionsAndToolChoice) {
       {R"({"input":"x","tools":[{"type":"web_search"}]})", "tools[0].type"},
       {R"({"input":"x","tool_choice":"required"})", "tool_choice"},
       {R"({"input":"x","reasoning":{"effort":"huge"}})", "reasoning.effort"},
-      {R"({"input":"x","text":{"format":{"type":"json_object"}}})", "text.format"},
+      {R"({"input":"x","text":{"format":{"type":"xml"}}})", "text.format"},
+      {R"({"input":"x","text":{"format":{"type":"json_schema","name":"n",
+        "schema":{"type":"string","pattern":"a+"}}}})",
+       "text.format.schema"},
+      {R"({"input":"x","text":{"format":{"type":"json_schema","name":"n"}}})",
+       "text.format.schema"},
   };
   for (const auto& [body, param] : bad) {
     auto e = ParseResponsesRequest(body, RequestDefaults{}, &store, &r, &ctx);
     ASSERT_TRUE(e) << body;
     EXPECT_EQ(e->param, param) << body;
+  }
+  // text.format json_object / json_schema: the chat completions' constrained decoder, thinking off.
+  for (const char* body :
+       {R"({"input":"x","text":{"format":{"type":"json_object"}}})",
+        R"({"input":"x","reasoning":{"effort":"high"},"text":{"format":{"type":"json_schema",
+          "name":"n","schema":{"type":"object","properties":{"a":{"type":"integer"}}}}}})"}) {
+    GenerationRequest jr;
+    ResponsesContext jctx;
+    ASSERT_FALSE(ParseResponsesRequest(body, RequestDefaults{}, &store, &jr, &jctx)) << body;
+    EXPECT_TRUE(jr.output_schema) << body;
+    EXPECT_FALSE(jr.chat.thinking) << body;
   }
 }
 
