@@ -282,15 +282,8 @@ std::optional<ApiError> ParseAnthropicRequest(std::string_view body,
   *out = GenerationRequest{};
   out->endpoint = Endpoint::kChat;
   out->chat.reasoning_effort = defaults.reasoning_effort;
-  if (NestingDepth(body) > kMaxJsonDepth) {
-    return BadRequest("the request body nests arrays and objects deeper than " +
-                          std::to_string(kMaxJsonDepth) + " levels",
-                      "", "too_deep");
-  }
-  const ojson obj = ojson::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (obj.is_discarded())
-    return BadRequest("the request body is not valid JSON", "", "invalid_json");
-  if (!obj.is_object()) return BadRequest("the request body must be a JSON object");
+  ojson obj;
+  if (auto err = ParseBodyObject(body, &obj)) return err;
   if (auto err = fields::GetString(obj, "model", "model", &out->model)) return err;
   if (auto err = fields::GetBool(obj, "stream", "stream", &out->stream)) return err;
   constexpr int64_t kMaxTokens = int64_t{1} << 31;

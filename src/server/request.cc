@@ -327,6 +327,16 @@ std::optional<ApiError> ParsePrompt(const ojson& obj, GenerationRequest* out) {
 
 }  // namespace
 
+std::optional<ApiError> ParseBodyObject(std::string_view body, ojson* obj) {
+  if (NestingDepth(body) > kMaxJsonDepth) return TooDeep("the request body", "");
+  *obj = ojson::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (obj->is_discarded()) {
+    return BadRequest("the request body is not valid JSON", "", "invalid_json");
+  }
+  if (!obj->is_object()) return BadRequest("the request body must be a JSON object");
+  return std::nullopt;
+}
+
 std::optional<ApiError> CompileOutputSchema(const nlohmann::ordered_json& schema,
                                             const std::string& param, GenerationRequest* out) {
   auto compiled = constrain::JsonSchema::Compile(schema);
@@ -347,11 +357,8 @@ std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint e
   out->endpoint = endpoint;
   out->chat.thinking = defaults.thinking;
   out->chat.reasoning_effort = defaults.reasoning_effort;
-  if (NestingDepth(body) > kMaxJsonDepth) return TooDeep("the request body", "");
-  const ojson obj = ojson::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (obj.is_discarded())
-    return BadRequest("the request body is not valid JSON", "", "invalid_json");
-  if (!obj.is_object()) return BadRequest("the request body must be a JSON object");
+  ojson obj;
+  if (auto err = ParseBodyObject(body, &obj)) return err;
   if (const ojson* m = Get(obj, "model"); m != nullptr) {
     if (!m->is_string()) return WrongType("model", "a string");
     out->model = m->get<std::string>();

@@ -79,6 +79,9 @@ std::optional<ApiError> CompileOutputSchema(const nlohmann::ordered_json& schema
 constexpr int kMaxJsonDepth = 128;
 // The deepest [ / { nesting in JSON text, outside strings (invalid JSON is the parser's business).
 int NestingDepth(std::string_view text);
+// A request body as a JSON object: a 400 when it nests deeper than kMaxJsonDepth, is not valid
+// JSON, or is not an object. Shared by every endpoint's parser.
+std::optional<ApiError> ParseBodyObject(std::string_view body, nlohmann::ordered_json* obj);
 
 // Parses `body` for `endpoint`. On error returns the 400 to send and leaves *out unspecified.
 std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint endpoint,
