@@ -26,12 +26,8 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$work"
-cp "$src/browser/package.json" "$src/browser/package-lock.json" "$src/browser/chat_page_test.mjs" \
-   "$work/"
-if ! cmp -s "$src/browser/package-lock.json" "$work/node_modules/.deltafin-lock" 2>/dev/null; then
-  (cd "$work" && npm ci --no-audit --no-fund --loglevel=error)
-  cp "$src/browser/package-lock.json" "$work/node_modules/.deltafin-lock"
-fi
+npm_ci "$src/browser"
+cp "$src/browser/chat_page_test.mjs" "$work/"
 make_tiny_model
 # Streamed experts through a cache far smaller than the tiny model's 9.6 MiB of experts, so that
 # tokens wait for reads and the panel has I/O wait to show.

@@ -11,11 +11,8 @@ src=$(cd "$(dirname "$0")" && pwd)
 source "$src/serve_lib.sh"
 trap stop_servers EXIT
 mkdir -p "$work"
-cp "$src/package.json" "$src/package-lock.json" "$src/sdk_test.mjs" "$src/agent_sdk_test.mjs" "$work/"
-if ! cmp -s "$src/package-lock.json" "$work/node_modules/.deltafin-lock" 2>/dev/null; then
-  (cd "$work" && npm ci --no-audit --no-fund --loglevel=error)
-  cp "$src/package-lock.json" "$work/node_modules/.deltafin-lock"
-fi
+npm_ci "$src"
+cp "$src/sdk_test.mjs" "$src/agent_sdk_test.mjs" "$work/"
 make_tiny_model
 start_server base "$work/serve.log" --model "$work/model" --max-queue 1 --threads 1
 start_server auth "$work/serve_auth.log" --model "$work/model" --api-key sekrit --threads 1

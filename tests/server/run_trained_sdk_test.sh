@@ -12,10 +12,7 @@ source "$src/serve_lib.sh"
 trap stop_servers EXIT
 [[ -r /usr/share/dict/words ]] || { echo "no /usr/share/dict/words (apt-get install wamerican)"; exit 1; }
 mkdir -p "$work"
-cp "$src/package.json" "$src/package-lock.json" "$src/trained_sdk_test.mjs" "$work/"
-if ! cmp -s "$src/package-lock.json" "$work/node_modules/.deltafin-lock" 2>/dev/null; then
-  (cd "$work" && npm ci --no-audit --no-fund --loglevel=error)
-  cp "$src/package-lock.json" "$work/node_modules/.deltafin-lock"
-fi
+npm_ci "$src"
+cp "$src/trained_sdk_test.mjs" "$work/"
 start_server base "$work/serve.log" --model "$model" --threads 1
 node "$work/trained_sdk_test.mjs" "$base" || { echo "--- server log"; tail -30 "$work/serve.log"; exit 1; }

@@ -2,6 +2,8 @@
 #   start_server VAR LOG deltafin-serve-args...   sets VAR to the base URL, VAR_pid to the PID
 #   stop_servers                                  kills every server started here (trap EXIT)
 #   make_tiny_model                               writes a fresh tiny make-model model to $work/model
+#   npm_ci PKG_DIR                                installs PKG_DIR's locked npm packages into $work
+#                                                 (npm ci, skipped when that lock is installed already)
 server_pids=()
 start_server() {
   local var=$1 log=$2
@@ -23,6 +25,15 @@ start_server() {
 stop_servers() {
   for pid in "${server_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${server_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+npm_ci() {
+  local pkg=$1
+  mkdir -p "$work"
+  cp "$pkg/package.json" "$pkg/package-lock.json" "$work/"
+  if ! cmp -s "$pkg/package-lock.json" "$work/node_modules/.deltafin-lock" 2>/dev/null; then
+    (cd "$work" && npm ci --no-audit --no-fund --loglevel=error)
+    cp "$pkg/package-lock.json" "$work/node_modules/.deltafin-lock"
+  fi
 }
 make_tiny_model() {
   rm -rf "$work/model"
