@@ -112,6 +112,7 @@ Result<double> ProbeDirectReads(const std::vector<std::string>& files, uint64_t 
   const double cpu0 = CpuSeconds();
   const auto t0 = Clock::now();
   std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(depth));
   for (int t = 0; t < depth; ++t) {
     pool.emplace_back([&, t] {
       // O_DIRECT wants the buffer aligned to the device block (DirectFile::kIoAlignment).

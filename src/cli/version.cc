@@ -22,7 +22,7 @@ std::string VersionText() {
   const KernelBuildInfo kernels = GetKernelBuildInfo();
   std::string text = "deltafin " DF_VERSION "\n";
   text += "build: " DF_BUILD_TYPE;
-  if (std::string(DF_SANITIZE).size() > 0) text += ", sanitizers " DF_SANITIZE;
+  if (!std::string(DF_SANITIZE).empty()) text += ", sanitizers " DF_SANITIZE;
 #if defined(__clang__)
   text += ", clang " __clang_version__;
 #elif defined(__GNUC__)

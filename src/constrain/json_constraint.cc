@@ -770,7 +770,7 @@ int64_t JsonConstraint::Mask(std::span<uint8_t> allowed) {
   walk_.clear();
   // Depth-first over the trie; depth_[d] is the automaton after the node's d bytes.
   const TokenTrie::Node& root = nodes[0];
-  for (uint32_t c = 0; c < root.num_children; ++c) walk_.push_back({root.first_child + c, 1});
+  for (uint32_t c = 0; c < root.num_children; ++c) walk_.emplace_back(root.first_child + c, 1);
   while (!walk_.empty()) {
     const auto [index, d] = walk_.back();
     walk_.pop_back();
@@ -782,7 +782,7 @@ int64_t JsonConstraint::Mask(std::span<uint8_t> allowed) {
       allowed[static_cast<size_t>(node.token)] = 1;
       ++count;
     }
-    for (uint32_t c = 0; c < node.num_children; ++c) walk_.push_back({node.first_child + c, d + 1});
+    for (uint32_t c = 0; c < node.num_children; ++c) walk_.emplace_back(node.first_child + c, d + 1);
   }
   return count;
 }

@@ -88,6 +88,7 @@ Result<double> ProbeExpertReads(const ModelWeights& weights, ExpertSpanReader& r
   Status first_error;
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&] {
       auto* buffer = static_cast<uint8_t*>(std::aligned_alloc(DirectFile::kIoAlignment, capacity));

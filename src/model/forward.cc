@@ -257,7 +257,7 @@ Status ForwardPass::Verify(const int32_t* tokens, int64_t n, float* logits) {
   }
   const int64_t start = position_;
   verifying_ = true;
-  const Status st = Run(tokens, n, true, logits);
+  Status st = Run(tokens, n, true, logits);
   verifying_ = false;
   if (!st.ok()) {
     // A failed pass may have advanced some layers: the sequence is no longer usable as is.

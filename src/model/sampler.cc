@@ -20,7 +20,7 @@ size_t Sampler::Prepare(std::span<const float> logits, std::span<const uint8_t> 
   cand_.clear();
   for (size_t i = 0; i < logits.size(); ++i) {
     if (masked && (i >= allowed.size() || !allowed[i])) continue;
-    if (std::isfinite(logits[i])) cand_.push_back({logits[i], static_cast<int32_t>(i)});
+    if (std::isfinite(logits[i])) cand_.emplace_back(logits[i], static_cast<int32_t>(i));
   }
   if (cand_.empty()) return 0;
   auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {

@@ -40,10 +40,12 @@ SpinePages::SpinePages(const ModelWeights& w) {
 
 void SpinePages::Add(std::vector<Range>* group, const void* data, size_t bytes) {
   if (data == nullptr || bytes == 0) return;
+  // Page-align by offsetting the pointer itself (no integer-to-pointer cast).
   const auto start = reinterpret_cast<uintptr_t>(data);
   const uintptr_t begin = start & ~(static_cast<uintptr_t>(page_) - 1);
   const uintptr_t end = (start + bytes + page_ - 1) & ~(static_cast<uintptr_t>(page_) - 1);
-  group->push_back({reinterpret_cast<const uint8_t*>(begin), static_cast<size_t>(end - begin)});
+  const uint8_t* first = static_cast<const uint8_t*>(data) - (start - begin);
+  group->push_back({first, static_cast<size_t>(end - begin)});
 }
 
 void SpinePages::Add(std::vector<Range>* group, const SpineMatrix& m) {

@@ -1017,7 +1017,7 @@ Status MakeModel(const MakeModelOptions& opts, MakeModelSummary* summary) {
   DF_RETURN_IF_ERROR(WriteShards(plan, opts, &files, &weight_map));
   nlohmann::ordered_json index;
   index["metadata"] = {{"total_size", PlannedBytes(plan)}};  // tensor bytes, as HF counts them
-  index["weight_map"] = std::move(weight_map);
+  index["weight_map"] = weight_map;  // json -> ordered_json: a conversion, not a move
 
   DF_RETURN_IF_ERROR(files.WriteText("tiktoken.model", TiktokenModelText(tokens)));
   DF_RETURN_IF_ERROR(files.WriteText(

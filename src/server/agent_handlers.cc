@@ -51,7 +51,7 @@ class ResponsesRenderer : public AgentRenderer {
   std::string Delta(const Gen&, const OutputDelta& d) override { return events_.Delta(d); }
   std::string Ping() override { return ": ping\n\n"; }
   std::string End(const Gen& g) override {
-    const std::string tail = events_.Finish(Status(g), g.GetUsage());
+    std::string tail = events_.Finish(Status(g), g.GetUsage());
     output_ = events_.output();
     Store(g);
     return tail;

@@ -288,8 +288,8 @@ void HttpServer::Impl::HandleGeneration(const httplib::Request& req, httplib::Re
       });
 }
 
-void HttpServer::Impl::ServeAgentGeneration(std::shared_ptr<Gen> g,
-                                            std::shared_ptr<AgentRenderer> render,
+void HttpServer::Impl::ServeAgentGeneration(const std::shared_ptr<Gen>& g,
+                                            const std::shared_ptr<AgentRenderer>& render,
                                             httplib::Response& res, const std::string& ep,
                                             const ErrorSender& send) {
   auto finish_log = [this, g, ep](int status) {

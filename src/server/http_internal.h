@@ -46,8 +46,9 @@ struct HttpServer::Impl {
                                        GenerationRequest parsed, const char* id_prefix,
                                        const ErrorSender& send);
   // Waits for or streams a started generation of the Anthropic or Responses API.
-  void ServeAgentGeneration(std::shared_ptr<Gen> g, std::shared_ptr<AgentRenderer> render,
-                            httplib::Response& res, const std::string& ep, const ErrorSender& send);
+  void ServeAgentGeneration(const std::shared_ptr<Gen>& g,
+                            const std::shared_ptr<AgentRenderer>& render, httplib::Response& res,
+                            const std::string& ep, const ErrorSender& send);
   // POST /v1/messages, /v1/messages/count_tokens (agent_handlers.cc).
   void HandleMessages(const httplib::Request& req, httplib::Response& res, bool count_only);
   // POST /v1/responses (agent_handlers.cc).

@@ -218,7 +218,7 @@ void HttpServer::Impl::Routes() {
     metrics.CountRequest("other", res.status);
   });
   svr.set_exception_handler(
-      [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      [this](const httplib::Request&, httplib::Response& res, const std::exception_ptr& ep) {
         std::string what = "internal error";
         try {
           std::rethrow_exception(ep);

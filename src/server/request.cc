@@ -383,7 +383,7 @@ std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint e
   if (auto err = GetNumber(obj, "temperature", 0, 2, &out->sampling.temperature)) return err;
   if (auto err = GetNumber(obj, "top_p", 0, 1, &out->sampling.top_p)) return err;
   if (out->sampling.top_p <= 0) return BadRequest("'top_p' must be greater than 0", "top_p");
-  std::optional<int64_t> top_k, seed;
+  std::optional<int64_t> top_k;
   if (auto err = GetInt(obj, "top_k", -1, INT32_MAX, &top_k)) return err;
   out->sampling.top_k = top_k && *top_k > 0 ? *top_k : 0;
   if (const ojson* s = Get(obj, "seed"); s != nullptr) {

@@ -1,6 +1,6 @@
 #include "setup/crash_point.h"
 
-#include <signal.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <algorithm>

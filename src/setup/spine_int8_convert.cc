@@ -139,9 +139,8 @@ Result<Entry> ConvertTensor(const std::string& out_dir, const std::string& name,
 }  // namespace
 
 Status ConvertSpineInt8(const std::string& model_dir, bool verify, bool* mismatched) {
-  const std::string model = model_dir;
-  DF_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(model));
-  DF_ASSIGN_OR_RETURN(std::string config, ReadFileToString(model + "/config.json"));
+  DF_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::Open(model_dir));
+  DF_ASSIGN_OR_RETURN(std::string config, ReadFileToString(model_dir + "/config.json"));
   const std::string config_sha = Sha256Hex(config.data(), config.size());
   std::vector<std::string> names = ckpt.Names();
   std::sort(names.begin(), names.end());
@@ -150,9 +149,9 @@ Status ConvertSpineInt8(const std::string& model_dir, bool verify, bool* mismatc
     const TensorRecord* rec = ckpt.Find(n);
     if (IsSpineInt8Target(n, rec->entry.dtype, rec->entry.shape.size())) targets.push_back(n);
   }
-  if (targets.empty()) return Status::Error(model + ": no spine-int8 target tensors found");
+  if (targets.empty()) return Status::Error(model_dir + ": no spine-int8 target tensors found");
 
-  const std::string out_dir = (fs::path(model) / kSpineInt8Dir).string();
+  const std::string out_dir = (fs::path(model_dir) / kSpineInt8Dir).string();
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return Status::Error(out_dir + ": cannot create: " + ec.message());

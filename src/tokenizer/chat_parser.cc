@@ -112,11 +112,11 @@ void ChatOutputParser::OnTag(bool open, const std::string& header, ChatDelta* de
     } else {
       SetChannel(Channel::kNone, delta);
       // Strings are raw text; other types are JSON text already.
-      args_.push_back(
-          {arg_key_, arg_type_ == "string"
-                         ? nlohmann::ordered_json(arg_text_).dump(
-                               -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
-                         : arg_text_});
+      args_.emplace_back(arg_key_,
+                         arg_type_ == "string"
+                             ? nlohmann::ordered_json(arg_text_).dump(
+                                   -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
+                             : arg_text_);
     }
   } else if (name == "json") {
     SetChannel(open ? Channel::kJson : Channel::kNone, delta);

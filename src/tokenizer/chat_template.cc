@@ -175,7 +175,7 @@ std::string PyJsonDumps(const ojson& v, const char* item_sep, const char* key_se
   }
   if (v.is_object()) {
     std::vector<std::pair<std::string, const ojson*>> items;
-    for (auto it = v.begin(); it != v.end(); ++it) items.push_back({it.key(), &it.value()});
+    for (auto it = v.begin(); it != v.end(); ++it) items.emplace_back(it.key(), &it.value());
     // Byte order of UTF-8 equals code point order, which is Python's sort order for str keys.
     if (sort_keys) {
       std::stable_sort(items.begin(), items.end(),
@@ -229,14 +229,14 @@ Result<std::vector<ChatSegment>> RenderChat(const ojson& messages, const ojson& 
       }
       std::vector<std::pair<std::string, std::string>> attrs = {{"role", role}};
       if (msg.contains("name") && !msg["name"].is_null())
-        attrs.push_back({"name", PyStr(msg["name"])});
+        attrs.emplace_back("name", PyStr(msg["name"]));
       DF_ASSIGN_OR_RETURN(std::string body, ContentText(msg, "content", where));
       r.Message(attrs, std::move(body));
       ++i;
     } else if (role == "assistant") {
       std::vector<std::pair<std::string, std::string>> attrs = {{"role", role}};
       if (msg.contains("name") && !msg["name"].is_null())
-        attrs.push_back({"name", PyStr(msg["name"])});
+        attrs.emplace_back("name", PyStr(msg["name"]));
       r.Open("message", attrs);
       if (options.thinking) {
         r.Open("think");
@@ -253,7 +253,7 @@ Result<std::vector<ChatSegment>> RenderChat(const ojson& messages, const ojson& 
         DF_RETURN_IF_ERROR(RenderToolCalls(msg["tool_calls"], where, &r));
         for (const auto& call : msg["tool_calls"]) {
           const ojson* fn = call.contains("function") ? &call["function"] : &call;
-          last_calls.push_back({StrField(call, "id"), (*fn)["name"].get<std::string>()});
+          last_calls.emplace_back(StrField(call, "id"), (*fn)["name"].get<std::string>());
         }
       }
       r.Close("message");
@@ -274,7 +274,7 @@ Result<std::vector<ChatSegment>> RenderChat(const ojson& messages, const ojson& 
         for (size_t c = 0; c < last_calls.size(); ++c) {
           if (!id.empty() && last_calls[c].first == id) pos = c;
         }
-        order.push_back({pos, k});
+        order.emplace_back(pos, k);
       }
       std::stable_sort(order.begin(), order.end(),
                        [](const auto& a, const auto& b) { return a.first < b.first; });

@@ -197,7 +197,7 @@ TraceStats ComputeTraceStats(const Trace& trace, int64_t max_cache) {
     ls.norm_entropy = s.experts_seen > 1 ? h / std::log(e_count) : 0;
     ls.chance_overlap = total / static_cast<double>(s.num_tokens) / e_count;
     if (max_id < kMaxUsageExperts) {
-      ls.usage.assign(static_cast<size_t>(max_id + 1), 0);
+      ls.usage.assign(static_cast<size_t>(max_id) + 1, 0);
       for (const auto& [expert, count] : usage[l]) ls.usage[static_cast<size_t>(expert)] = count;
     }
     s.accesses += layer_accesses[l];
