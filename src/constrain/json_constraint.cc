@@ -782,7 +782,8 @@ int64_t JsonConstraint::Mask(std::span<uint8_t> allowed) {
       allowed[static_cast<size_t>(node.token)] = 1;
       ++count;
     }
-    for (uint32_t c = 0; c < node.num_children; ++c) walk_.emplace_back(node.first_child + c, d + 1);
+    for (uint32_t c = 0; c < node.num_children; ++c)
+      walk_.emplace_back(node.first_child + c, d + 1);
   }
   return count;
 }

@@ -1,10 +1,10 @@
 #include "setup/crash_point.h"
 
-#include <csignal>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <string>
 
