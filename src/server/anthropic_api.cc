@@ -125,6 +125,39 @@ std::optional<ApiError> ParseThinkingConfig(const ojson& obj, GenerationRequest*
   return std::nullopt;
 }
 
+// Structured output: Anthropic's `output_config.format` (GA) or `output_format` (the
+// structured-outputs-2025-11-13 beta spelling), {type: "json_schema", schema}; the same constrained
+// decoder as chat completions' response_format (docs/SERVER.md "JSON output").
+std::optional<ApiError> ParseOutputFormat(const ojson& obj, GenerationRequest* out) {
+  const ojson* f = nullptr;
+  std::string param;
+  if (const ojson* cfg = Get(obj, "output_config"); cfg != nullptr) {
+    if (!cfg->is_object()) return WrongType("output_config", "an object");
+    f = Get(*cfg, "format");
+    param = "output_config.format";
+  }
+  if (const ojson* beta = Get(obj, "output_format"); beta != nullptr) {
+    if (f != nullptr) {
+      return BadRequest("give either 'output_config.format' or 'output_format', not both",
+                        "output_format");
+    }
+    f = beta;
+    param = "output_format";
+  }
+  if (f == nullptr || f->is_null()) return std::nullopt;
+  const ojson* type = f->is_object() ? Get(*f, "type") : nullptr;
+  if (type == nullptr || !type->is_string() || *type != "json_schema") {
+    return WrongType(param, "an object with type \"json_schema\"");
+  }
+  const ojson* schema = Get(*f, "schema");
+  if (schema == nullptr) {
+    return BadRequest("'" + param + ".schema' is required", param + ".schema", "missing_required");
+  }
+  if (auto err = CompileOutputSchema(*schema, param + ".schema", out)) return err;
+  out->chat.thinking = false;  // as for chat completions under a JSON constraint
+  return std::nullopt;
+}
+
 // One user turn: tool_result blocks become tool messages (in order, before the turn's text),
 // text blocks the user message.
 std::optional<ApiError> UserTurn(const ojson& content, const std::string& path,
@@ -312,6 +345,7 @@ std::optional<ApiError> ParseAnthropicRequest(std::string_view body,
     }
   }
   if (auto err = ParseThinkingConfig(obj, out)) return err;
+  if (auto err = ParseOutputFormat(obj, out)) return err;
   if (auto err = ParseTools(obj, out)) return err;
   if (auto err = ParseToolChoice(obj, out)) return err;
   return ParseTurns(obj, out);
