@@ -24,6 +24,8 @@ struct ServeArgs {
   std::string cache_dir;  // "" = <model>/.deltafin/prefix-cache
   std::string cache_bytes = "8GiB";
   std::string cache_ram_bytes = "1GiB";
+  std::string speculate = "ngram";  // off | ngram (docs/SPECULATION.md)
+  int draft_max = 8;
 };
 
 int RunServe(ServeArgs& args) {
@@ -52,6 +54,10 @@ int RunServe(ServeArgs& args) {
   }
   auto tok = tokenizer::Tokenizer::LoadModelDir(args.model.model_dir);
   if (!tok.ok()) return Fail(tok.status().WithContext("serve needs the model's tokenizer"));
+  // The sessions reserve the rollback memory of draft_max + 1 verify rows (19.4 MiB per row at K3
+  // size, docs/SPECULATION.md).
+  args.model.max_draft = args.speculate == "ngram" ? args.draft_max : 0;
+  opt.draft_max = args.model.max_draft;
   auto engine = args.model.LoadEngine();
   if (!engine.ok()) return Fail(engine.status());
   if (opt.model_name.empty()) {
@@ -154,6 +160,14 @@ void RegisterServe(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--cache-ram-bytes", args->cache_ram_bytes,
                   "RAM budget of the prefix cache's snapshots")
+      ->capture_default_str();
+  cmd->add_option("--speculate", args->speculate,
+                  "Speculative decoding of greedy and unseeded answers: ngram drafts from the "
+                  "conversation (prompt lookup), verified losslessly in one pass, or off")
+      ->check(OneOf({"off", "ngram"}))
+      ->capture_default_str();
+  cmd->add_option("--draft-max", args->draft_max, "Most draft tokens per verify pass")
+      ->check(IntRange(1, 64))
       ->capture_default_str();
   cmd->add_flag(
       "--no-prefix-cache", [args](int64_t) { args->opt.prefix_cache = false; },

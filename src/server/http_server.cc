@@ -251,7 +251,7 @@ Status HttpServer::Run() {
     s.prefix_cache = std::make_unique<PrefixCache>(std::move(pc));
   }
   s.scheduler = std::make_unique<Scheduler>(s.engine, s.opt.max_queue, s.opt.prefill_piece,
-                                            &s.metrics, s.prefix_cache.get());
+                                            &s.metrics, s.prefix_cache.get(), s.opt.draft_max);
   s.svr.set_payload_max_length(s.opt.max_body_bytes);
   const auto rt = std::chrono::duration<double>(s.opt.read_timeout_s);
   s.svr.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(rt));

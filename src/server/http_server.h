@@ -38,6 +38,9 @@ struct ServerOptions {
   bool web_ui = true;                     // GET / serves the chat page (server/web_page.h)
   std::vector<std::string> cors_origins;  // empty: no CORS headers at all (server/cors.h)
   int64_t prefill_piece = 32;
+  // Speculative decoding (server/scheduler.h): most drafts per verify pass; 0 = off. The engine's
+  // sessions must reserve as many (EngineOptions::max_draft).
+  int64_t draft_max = 0;
   RequestDefaults defaults;
   // The prefix cache (server/prefix_cache.h): off with prefix_cache false; cache_dir "" keeps it
   // in RAM only. `serve` defaults cache_dir to <model>/.deltafin/prefix-cache.

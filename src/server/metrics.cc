@@ -33,6 +33,14 @@ void Metrics::CountReuse(bool hit) {
   ++(hit ? reuse_hits_ : reuse_misses_);
 }
 
+void Metrics::AddSpeculation(int64_t rows, int64_t drafted, int64_t accepted) {
+  if (rows <= 0) return;
+  std::lock_guard lock(mu_);
+  ++spec_passes_;
+  spec_drafted_ += static_cast<uint64_t>(drafted);
+  spec_accepted_ += static_cast<uint64_t>(accepted);
+}
+
 void Metrics::SetRunning(bool running) {
   std::lock_guard lock(mu_);
   running_ = running;
@@ -81,6 +89,13 @@ std::string Metrics::Render(int queue_length) const {
          static_cast<double>(reuse_hits_));
   metric("deltafin_session_fresh_total", "counter", "Requests that started from an empty state.",
          static_cast<double>(reuse_misses_));
+  metric("deltafin_speculative_passes_total", "counter",
+         "Forward passes of speculative decoding (each feeds one token plus its drafts).",
+         static_cast<double>(spec_passes_));
+  metric("deltafin_speculative_drafted_total", "counter", "Draft tokens verified.",
+         static_cast<double>(spec_drafted_));
+  metric("deltafin_speculative_accepted_total", "counter", "Draft tokens accepted.",
+         static_cast<double>(spec_accepted_));
   metric("deltafin_positions_total", "counter", "Token positions the engine processed.",
          static_cast<double>(session_.positions));
   metric("deltafin_expert_loads_total", "counter", "Experts the forward passes needed.",

@@ -21,6 +21,9 @@ class Metrics {
   void AddDecode(int64_t tokens, double seconds);
   void CountCancelled();
   void CountReuse(bool hit);
+  // One speculative decode pass (rows fed, drafts verified, drafts accepted); rows 0: nothing
+  // was fed (the answer's first token, drawn from the prompt's logits).
+  void AddSpeculation(int64_t rows, int64_t drafted, int64_t accepted);
   void SetRunning(bool running);
   void SetSessionStats(const SessionStats& stats);
   // queue_length: jobs waiting now (read from the scheduler at render time).
@@ -32,6 +35,7 @@ class Metrics {
   uint64_t prompt_tokens_ = 0, cached_prompt_tokens_ = 0, completion_tokens_ = 0;
   uint64_t cancelled_ = 0, reuse_hits_ = 0, reuse_misses_ = 0;
   double prefill_seconds_ = 0, decode_seconds_ = 0;
+  uint64_t spec_passes_ = 0, spec_drafted_ = 0, spec_accepted_ = 0;
   bool running_ = false;
   SessionStats session_;
 };

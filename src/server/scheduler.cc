@@ -6,6 +6,7 @@
 
 #include "base/log.h"
 #include "deltafin/sampler.h"
+#include "deltafin/speculate.h"
 
 namespace deltafin::server {
 
@@ -30,12 +31,13 @@ StepTiming StepSince(const SessionStats& before, Clock::time_point since, const 
 }  // namespace
 
 Scheduler::Scheduler(const Engine& engine, int max_queue, int64_t prefill_piece, Metrics* metrics,
-                     PrefixCache* cache)
+                     PrefixCache* cache, int64_t draft_max)
     : engine_(engine),
       max_queue_(max_queue),
       prefill_piece_(std::max<int64_t>(1, prefill_piece)),
       metrics_(metrics),
       cache_(cache),
+      draft_max_(draft_max),
       session_(engine.NewSession()) {
   worker_ = std::thread([this] { Run(); });
 }
@@ -182,7 +184,6 @@ void Scheduler::Process(Job& job) {
   }
   SessionStats step_stats = session_->stats();
   const auto t0 = Clock::now();
-  auto step_start = t0;
   auto point = std::upper_bound(job.cache_points.begin(), job.cache_points.end(), reuse);
   for (size_t pos = reuse, n = 0; pos < prompt.size(); pos += n) {
     if (should_end()) {
@@ -217,30 +218,35 @@ void Scheduler::Process(Job& job) {
     job.cached_tokens = static_cast<int64_t>(reuse);
     job.prefill_seconds = prefill_s;
   }
-  const ModelInfo& info = engine_.info();
-  Sampler sampler(job.sampling);
   const auto t1 = Clock::now();
   int64_t generated = 0;
-  Job::End end = Job::End::kLength;
   std::string error;
-  std::vector<uint8_t> allowed;  // the constraint's mask, reused for every token
-  if (job.constraint) allowed.resize(static_cast<size_t>(info.vocab_size));
-  for (;;) {
-    int32_t next = -1;
-    if (job.constraint) {
-      if (job.constraint->Mask(allowed) > 0) next = sampler.Sample(session_->Logits(), allowed);
-      if (next < 0 || !job.constraint->Accept(next)) {
-        end = Job::End::kError;
-        error = "constrained decoding: no token of the vocabulary continues the JSON value";
-        break;
-      }
-    } else {
-      next = sampler.Sample(session_->Logits());
+  const Job::End end = Generate(job, reuse, step_stats, t0, &generated, &error);
+  metrics_->AddDecode(generated, Seconds(t1));
+  if (end == Job::End::kCancelled) metrics_->CountCancelled();
+  EndRunningJob(job, end, error);
+}
+
+Job::End Scheduler::Generate(Job& job, size_t reuse, const SessionStats& before,
+                             Clock::time_point since, int64_t* generated, std::string* error) {
+  auto should_end = [&] { return job.cancelled.load() || job.stop_requested.load(); };
+  const std::vector<int32_t>& prompt = job.prompt;
+  const ModelInfo& info = engine_.info();
+  Sampler sampler(job.sampling);
+  SessionStats step_stats = before;
+  auto step_start = since;
+  // Hands one token to the reader with the engine work since the previous hand-off (a verify
+  // pass's work goes with its first token, its other tokens carry none). Returns true when the
+  // answer ends here (EOS, length, context, cancelled, stop).
+  Job::End end = Job::End::kLength;
+  auto emit = [&](int32_t next, bool first_of_pass) {
+    StepTiming step;
+    if (first_of_pass) {
+      const SessionStats& now = session_->stats();
+      step = StepSince(step_stats, step_start, now);
+      step_stats = now;
+      step_start = Clock::now();
     }
-    const SessionStats& now = session_->stats();
-    const StepTiming step = StepSince(step_stats, step_start, now);
-    step_stats = now;
-    step_start = Clock::now();
     {
       std::lock_guard lock(job.mu);
       job.tokens.push_back(next);
@@ -248,31 +254,80 @@ void Scheduler::Process(Job& job) {
     }
     job.cv.notify_all();
     // The whole prompt's state, once its first token is with the reader (Logits() still hold it).
-    if (generated == 0 && cache_ != nullptr && reuse < prompt.size()) Snapshot(prompt);
-    ++generated;
+    if (*generated == 0 && cache_ != nullptr && reuse < prompt.size()) Snapshot(prompt);
+    ++*generated;
     if (next == info.eos_token_id) {
       end = Job::End::kEos;
-      break;
+      return true;
     }
-    if (generated >= job.max_tokens || session_->position() >= info.context_capacity) break;
+    if (*generated >= job.max_tokens || session_->position() >= info.context_capacity) return true;
     if (should_end()) {
       end = job.IsCancelled() ? Job::End::kCancelled : Job::End::kEos;
-      break;
+      return true;
     }
+    return false;
+  };
+  auto fail = [&](const Status& st) {
+    session_->Reset();
+    fed_.clear();
+    *error = st.message();
+    return Job::End::kError;
+  };
+
+  const bool speculate = draft_max_ > 0 && session_->max_verify_rows() > 1 && !job.constraint &&
+                         (job.sampling.temperature <= 0 || !job.sampling.seed);
+  if (speculate) {
+    NgramDrafter drafter;
+    SpeculateOptions options;
+    options.draft_max = draft_max_;
+    // The drafter's context: the prompt (earlier turns included) and the answer.
+    const int64_t capacity = std::min<int64_t>(
+        info.context_capacity, static_cast<int64_t>(prompt.size()) + job.max_tokens + 1);
+    Speculator speculator(session_.get(), &drafter, options, capacity);
+    speculator.Start(prompt);
+    std::vector<int32_t> tokens;
+    tokens.reserve(static_cast<size_t>(draft_max_) + 1);
+    // The Speculator has fed the session every token it emitted except the last: fed_ follows,
+    // including tokens verified past an EOS or the length limit that the reader never sees (the
+    // next job's reuse check then finds the session is not a prefix of its prompt).
+    bool have_pending = false;
+    int32_t pending = 0;
+    for (;;) {
+      Status st = speculator.Step(sampler, job.max_tokens - *generated, &tokens);
+      PublishStats();
+      if (!st.ok()) return fail(st);
+      const SpeculativePass& pass = speculator.last_pass();
+      metrics_->AddSpeculation(pass.rows, pass.drafted, pass.accepted);
+      for (int32_t t : tokens) {
+        if (have_pending) fed_.push_back(pending);
+        pending = t;
+        have_pending = true;
+      }
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        if (emit(tokens[i], i == 0)) return end;
+      }
+    }
+  }
+
+  std::vector<uint8_t> allowed;  // the constraint's mask, reused for every token
+  if (job.constraint) allowed.resize(static_cast<size_t>(info.vocab_size));
+  for (;;) {
+    int32_t next = -1;
+    if (job.constraint) {
+      if (job.constraint->Mask(allowed) > 0) next = sampler.Sample(session_->Logits(), allowed);
+      if (next < 0 || !job.constraint->Accept(next)) {
+        *error = "constrained decoding: no token of the vocabulary continues the JSON value";
+        return Job::End::kError;
+      }
+    } else {
+      next = sampler.Sample(session_->Logits());
+    }
+    if (emit(next, true)) return end;
     Status st = session_->Decode(next);
     PublishStats();
-    if (!st.ok()) {
-      session_->Reset();
-      fed_.clear();
-      end = Job::End::kError;
-      error = st.message();
-      break;
-    }
+    if (!st.ok()) return fail(st);
     fed_.push_back(next);
   }
-  metrics_->AddDecode(generated, Seconds(t1));
-  if (end == Job::End::kCancelled) metrics_->CountCancelled();
-  EndRunningJob(job, end, error);
 }
 
 }  // namespace deltafin::server

@@ -11,6 +11,11 @@
 // answer), only the rest of the prompt is prefilled; anything else resets the Session. This is
 // exact: the state after feeding a sequence does not depend on how it was split.
 //
+// Speculative decoding (optional): an unconstrained job whose answer is greedy or unseeded is
+// decoded by a Speculator, whose output is exactly plain decoding's (greedy: the same tokens;
+// sampled: the same distribution). Seeded sampled jobs and JSON-constrained ones decode plainly:
+// the policy's choice of drafts follows measured time, so a seed's tokens would depend on timing.
+//
 // Prefix cache (prefix_cache.h, optional): before prefilling, the worker restores the longest
 // cached prefix of the prompt when it is longer than the reusable conversation state; the prefill
 // then stops at each of the job's cache points (the end of the system/tools preamble) and after the
@@ -19,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -79,8 +85,11 @@ class Scheduler {
  public:
   // prefill_piece: prompt tokens fed per Prefill call (cancellation is checked between pieces).
   // `cache` (optional, not owned) is the prefix cache.
+  // `draft_max` > 0: decode with lossless speculation (deltafin/speculate.h, n-gram drafts over
+  // the whole prompt, earlier turns included) when the job allows it; the engine's sessions must
+  // reserve that many drafts (EngineOptions::max_draft).
   Scheduler(const Engine& engine, int max_queue, int64_t prefill_piece, Metrics* metrics,
-            PrefixCache* cache = nullptr);
+            PrefixCache* cache = nullptr, int64_t draft_max = 0);
   ~Scheduler();  // stops the worker (running and queued jobs end as cancelled)
 
   // Queues the job; false when max_queue jobs are already waiting (a job the idle worker takes at
@@ -99,12 +108,19 @@ class Scheduler {
   void PublishStats();
   // Snapshots the session (after the first `n` prompt tokens) into the prefix cache.
   void Snapshot(std::span<const int32_t> prefix);
+  // The decode loop after the prefill: plain (one Decode per token) or speculative. The first
+  // token's timing starts at `since` with stats `before` (the prefill's start). Returns how the
+  // answer ended; sets *error for kError.
+  Job::End Generate(Job& job, size_t reuse, const SessionStats& before,
+                    std::chrono::steady_clock::time_point since, int64_t* generated,
+                    std::string* error);
 
   const Engine& engine_;
   const int max_queue_;
   const int64_t prefill_piece_;
   Metrics* metrics_;
   PrefixCache* cache_;
+  const int64_t draft_max_;
   std::unique_ptr<Session> session_;
   std::vector<int32_t> fed_;  // every token the session has been fed, in order
 

@@ -22,6 +22,11 @@ if(DF_NODE AND DF_NPM)
                    $<TARGET_FILE:deltafin> ${PROJECT_SOURCE_DIR}/models/k3-kjv-demo
                    ${CMAKE_CURRENT_BINARY_DIR}/server-trained-sdk)
   set_tests_properties(server_trained_sdk PROPERTIES LABELS e2e TIMEOUT 180)
+  # JSON output and restart-and-reuse of the prefix cache through both SDKs (docs/SERVER.md).
+  add_test(NAME server_json_cache_sdk
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/run_json_cache_sdk_test.sh
+                   $<TARGET_FILE:deltafin> ${CMAKE_CURRENT_BINARY_DIR}/server-json-cache-sdk)
+  set_tests_properties(server_json_cache_sdk PROPERTIES LABELS e2e TIMEOUT 600)
 endif()
 add_test(NAME server_http
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/run_http_test.sh $<TARGET_FILE:deltafin>
@@ -39,3 +44,8 @@ add_test(NAME server_json_cache
 # Two ~2,400-token prefills and ~60 sampled JSON answers: 12 minutes on the shared 2-core dev VM
 # under load (tiny-model decode at ~70 ms/token there), far less on an idle machine.
 set_tests_properties(server_json_cache PROPERTIES LABELS e2e TIMEOUT 900)
+# serve --speculate ngram against off on the demo model: identical greedy answers (docs/SPECULATION.md).
+add_test(NAME server_speculate
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/run_speculate_test.sh $<TARGET_FILE:deltafin>
+                 ${PROJECT_SOURCE_DIR}/models/k3-kjv-demo ${CMAKE_CURRENT_BINARY_DIR}/server-speculate)
+set_tests_properties(server_speculate PROPERTIES LABELS e2e TIMEOUT 300)
