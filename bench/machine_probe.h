@@ -4,6 +4,9 @@
 // thread pool as the engine and `bench kernels`, at sizes that take seconds rather than minutes.
 #pragma once
 
+#include <atomic>
+#include <functional>
+
 namespace deltafin::bench {
 
 struct ComputeProbe {
@@ -19,5 +22,14 @@ struct ComputeProbe {
 
 // `quick`: smaller buffers and shorter timings (tests); the numbers are rougher.
 ComputeProbe MeasureCompute(bool quick);
+
+// How much slower the cold BF16 product (2048 x 7168, the spine's kind of work) runs while
+// `load` runs on another thread than with nothing else running: the ratio of the medians of
+// interleaved segments, alone and under the load (>= 1 but for noise). `load` runs until `stop`
+// is set and must return soon after. `plan` runs the engine's expert reads as the load: on a
+// machine with few cores the readers' system time, interrupts and memory traffic come out of the
+// compute threads' time.
+double Bf16SlowdownUnder(const std::function<void(const std::atomic<bool>& stop)>& load,
+                         bool quick);
 
 }  // namespace deltafin::bench

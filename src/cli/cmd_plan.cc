@@ -267,6 +267,7 @@ json ProfileJson(const MachineProfile& m) {
           {"mxfp4_call_us", m.mxfp4_call_s * 1e6},
           {"fma_gflops", m.fma_per_s / 1e9},
           {"io_cpu_ns_per_kb", m.io_cpu_s_per_byte * 1e9 * 1024},
+          {"compute_slowdown_reading", m.compute_slowdown_reading},
           {"threads", m.threads},
           {"ram_budget_gib", static_cast<double>(m.ram_budget) / (1ull << 30)},
           {"free_disk_gib", static_cast<double>(m.free_disk) / (1ull << 30)}};
@@ -292,6 +293,9 @@ Result<MachineProfile> ProfileFromJson(const json& j, const std::string& label) 
   DF_RETURN_IF_ERROR(get("mxfp4_call_us", &m.mxfp4_call_s, 1e-6));
   DF_RETURN_IF_ERROR(get("fma_gflops", &m.fma_per_s, 1e9));
   DF_RETURN_IF_ERROR(get("io_cpu_ns_per_kb", &m.io_cpu_s_per_byte, 1e-9 / 1024));
+  if (j.contains("compute_slowdown_reading")) {  // optional: older profiles lack it
+    DF_RETURN_IF_ERROR(get("compute_slowdown_reading", &m.compute_slowdown_reading, 1));
+  }
   DF_RETURN_IF_ERROR(get("threads", &threads, 1));
   DF_RETURN_IF_ERROR(get("ram_budget_gib", &ram, 1));
   DF_RETURN_IF_ERROR(get("free_disk_gib", &disk, 1));
@@ -498,6 +502,23 @@ int RunPlan(const PlanArgs& a) {
         m.io_cpu_s_per_byte = cpu;
       }
     }
+    {
+      std::fprintf(stderr, "plan: measuring the kernels while experts are read...\n");
+      Status load_status = Status::Ok();
+      uint64_t load_seed = seed ^ 0x5bd1e995ull;
+      m.compute_slowdown_reading = bench::Bf16SlowdownUnder(
+          [&](const std::atomic<bool>& stop) {
+            while (!stop.load() && load_status.ok()) {
+              double unused = 0;
+              auto r = ProbeDirectReads(expert_files, info.expert_bytes, a.io_threads,
+                                        a.quick ? (16ull << 20) : (128ull << 20), 0.25, ++load_seed,
+                                        &unused);
+              if (!r.ok()) load_status = r.status();
+            }
+          },
+          a.quick);
+      if (!load_status.ok()) return Fail(load_status);
+    }
     if (!spine_file.empty()) {
       std::fprintf(stderr, "plan: measuring spine page reads...\n");
       const uint64_t mean_matrix =
@@ -588,6 +609,12 @@ int RunPlan(const PlanArgs& a) {
       m.bf16_bps / 1e9, m.int8_bps / 1e9, m.mxfp4_bps / 1e9, m.bf16_call_s * 1e6,
       m.mxfp4_call_s * 1e6, m.threads, HumanBytes(machine_budget).c_str(),
       mem_limit > 0 ? " (--mem-limit)" : "", HumanBytes(m.free_disk).c_str());
+  if (m.compute_slowdown_reading > 0) {
+    std::printf(
+        "kernels run %.2fx slower while the expert readers run (applied to the part of a "
+        "streamed step they are busy)\n",
+        m.compute_slowdown_reading);
+  }
   if (!depths.empty()) {
     std::printf("direct reads by queue depth:");
     for (const auto& d : depths) std::printf("  %d: %.2f GB/s", d.depth, d.bps / 1e9);
@@ -614,7 +641,8 @@ int RunPlan(const PlanArgs& a) {
       "\nresident / stream-* are `bench decode --scenario NAME [--spine int8]` (their budgets, "
       "not this machine's); auto is what `run` does here. int8 needs `deltafin "
       "convert-spine-int8` (not weight-exact). +speculation: %d drafted tokens a pass, acceptance "
-      "%.2f; a prediction only, the engine does not implement speculative decoding.\n",
+      "%.2f; a model of the pass cost at a stated acceptance (the engine's own speculation: "
+      "`bench decode --speculate replay`).\n",
       spec.draft_tokens, spec.acceptance);
 
   // The recommendation.

@@ -83,7 +83,14 @@ Prediction PredictScenario(const MachineProfile& m, const ModelWorkload& w, cons
   // the compute threads share the cores with.
   compute += D(w.num_moe_layers) *
              (Div(D(w.router_bytes), int8 ? m.int8_bps : m.bf16_bps) + m.bf16_call_s);
-  compute += read * m.io_cpu_s_per_byte / std::max(1, m.threads);
+  if (m.compute_slowdown_reading > 0) {
+    // Measured: compute runs slower by this factor while the readers are busy, which they are for
+    // the part of the step their reads take (all of it when the step is disk-bound).
+    const double busy = std::min(1.0, Div(r.expert_disk_s, compute));
+    compute *= 1 + (std::max(1.0, m.compute_slowdown_reading) - 1) * busy;
+  } else {
+    compute += read * m.io_cpu_s_per_byte / std::max(1, m.threads);
+  }
   r.compute_s = compute;
   double spine_read = 0;
   if (!p.spine_resident) {

@@ -30,9 +30,12 @@ struct MachineProfile {
   double mxfp4_call_s = 0;       // fixed cost of one small MXFP4 kernel call
   double fma_per_s = 0;          // fp32 multiply-adds/s, all threads (rows of a batched verify)
   double io_cpu_s_per_byte = 0;  // CPU seconds the readers spend per byte read (system time)
-  int threads = 1;               // compute threads
-  uint64_t ram_budget = 0;       // the engine's budget (cgroup-aware, minus headroom)
-  uint64_t free_disk = 0;        // free bytes where the model lives (0: unknown)
+  // Compute time while the expert readers run at full depth over compute time alone (measured by
+  // `plan`; 0 = not known, then io_cpu_s_per_byte stands in for the readers' cost).
+  double compute_slowdown_reading = 0;
+  int threads = 1;          // compute threads
+  uint64_t ram_budget = 0;  // the engine's budget (cgroup-aware, minus headroom)
+  uint64_t free_disk = 0;   // free bytes where the model lives (0: unknown)
 };
 
 // The decode workload of one model at one spine format (ModelInfo's workload fields).

@@ -102,6 +102,17 @@ TEST(PlanModelTest, StreamedExpertsWithResidentSpine) {
   m = Profile();
   m.io_cpu_s_per_byte = 1e-9;
   EXPECT_NEAR(PredictScenario(m, w, p, a).compute_s, 0.1471 + 0.0495, 1e-12);
+
+  // A measured slowdown under reads replaces the reader-CPU term: the readers are busy for
+  // 0.0495 of the 0.1471 s of compute, so compute grows by (1.6 - 1) x 0.0495 / 0.1471.
+  m.compute_slowdown_reading = 1.6;
+  EXPECT_NEAR(PredictScenario(m, w, p, a).compute_s, 0.1471 * (1 + 0.6 * 0.0495 / 0.1471), 1e-12);
+  // Disk-bound (readers always busy): the whole factor.
+  m.expert_read_bps = 2e8;
+  EXPECT_NEAR(PredictScenario(m, w, p, a).compute_s, 0.1471 * 1.6, 1e-12);
+  // Resident experts: no readers, no slowdown.
+  p.experts_streamed = false;
+  EXPECT_NEAR(PredictScenario(m, w, p, a).compute_s, 0.146, 1e-12);
 }
 
 TEST(PlanModelTest, StreamedSpineIsReReadEveryToken) {
