@@ -144,7 +144,7 @@ Prediction PredictSpeculative(const MachineProfile& m, const ModelWorkload& w,
   r.bound = base.spine_disk_s + union_disk > spine_c + other_c + n * (row_fma + expert_c)
                 ? "disk"
                 : "compute";
-  r.note = "prediction only: speculative decoding is not implemented in the engine";
+  r.note = "a model at a stated acceptance (the engine's own: bench decode --speculate replay)";
   return r;
 }
 

@@ -74,7 +74,7 @@ struct StreamingAssumptions {
   double demand_exposed = 0.5;     // share of an unguessed read's time not hidden by the layer
 };
 
-// Speculative decoding, a prediction only: the engine does not implement it yet.
+// Speculative decoding, modelled: a verify pass's fixed and per-row cost at a stated acceptance.
 struct SpeculationAssumptions {
   double acceptance = 0.7;  // probability each drafted token is accepted
   int draft_tokens = 3;     // drafted tokens per verify pass (the pass has draft_tokens + 1 rows)

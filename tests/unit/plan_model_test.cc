@@ -161,7 +161,7 @@ TEST(PlanModelTest, SpeculationAmortisesTheSpineNotTheExperts) {
   EXPECT_NEAR(r.s_per_token, verify / 1.5, 1e-12);
   EXPECT_LT(r.s_per_token, base.s_per_token);
   EXPECT_EQ(r.name, "auto+speculation");
-  EXPECT_NE(r.note.find("not implemented"), std::string::npos);
+  EXPECT_NE(r.note.find("bench decode --speculate replay"), std::string::npos);
   // Acceptance 0: every pass yields one token and costs more than a plain step.
   s.acceptance = 0;
   EXPECT_GT(PredictSpeculative(m, w, base, s).s_per_token, base.s_per_token);
