@@ -97,6 +97,7 @@ class Speculator {
   // Emits 1..(1 + draft) tokens into `out` (cleared first), at most `max_tokens` (>= 1).
   Status Step(Sampler& sampler, int64_t max_tokens, std::vector<int32_t>* out);
 
+  // The pass of the last Step (rows 0 after the first Step of a Start: that token needed none).
   const SpeculativePass& last_pass() const { return last_; }
   const SpeculativeTotals& totals() const { return totals_; }
   // Draft length the policy would choose for `proposed` available drafts now (for tests).

@@ -113,7 +113,8 @@ Status Speculator::Step(Sampler& sampler, int64_t max_tokens, std::vector<int32_
   out->clear();
   if (max_tokens < 1) return Status::Error("Step needs max_tokens >= 1");
   if (!has_next_) {
-    // The first token comes from the prompt's logits.
+    // The first token comes from the prompt's logits: no pass (last_pass() says so).
+    last_ = {};
     next_ = sampler.Sample(session_->Logits());
     has_next_ = true;
     context_.push_back(next_);

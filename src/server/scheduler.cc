@@ -39,6 +39,13 @@ Scheduler::Scheduler(const Engine& engine, int max_queue, int64_t prefill_piece,
       cache_(cache),
       draft_max_(draft_max),
       session_(engine.NewSession()) {
+  if (draft_max_ > 0 && session_->max_verify_rows() > 1) {
+    SpeculateOptions options;
+    options.draft_max = draft_max_;
+    speculator_ = std::make_unique<Speculator>(session_.get(), &drafter_, options,
+                                               engine.info().context_capacity);
+    pass_tokens_.reserve(static_cast<size_t>(draft_max_) + 1);
+  }
   worker_ = std::thread([this] { Run(); });
 }
 
@@ -274,29 +281,22 @@ Job::End Scheduler::Generate(Job& job, size_t reuse, const SessionStats& before,
     return Job::End::kError;
   };
 
-  const bool speculate = draft_max_ > 0 && session_->max_verify_rows() > 1 && !job.constraint &&
+  const bool speculate = speculator_ != nullptr && !job.constraint &&
                          (job.sampling.temperature <= 0 || !job.sampling.seed);
   if (speculate) {
-    NgramDrafter drafter;
-    SpeculateOptions options;
-    options.draft_max = draft_max_;
     // The drafter's context: the prompt (earlier turns included) and the answer.
-    const int64_t capacity = std::min<int64_t>(
-        info.context_capacity, static_cast<int64_t>(prompt.size()) + job.max_tokens + 1);
-    Speculator speculator(session_.get(), &drafter, options, capacity);
-    speculator.Start(prompt);
-    std::vector<int32_t> tokens;
-    tokens.reserve(static_cast<size_t>(draft_max_) + 1);
+    speculator_->Start(prompt);
+    std::vector<int32_t>& tokens = pass_tokens_;
     // The Speculator has fed the session every token it emitted except the last: fed_ follows,
     // including tokens verified past an EOS or the length limit that the reader never sees (the
     // next job's reuse check then finds the session is not a prefix of its prompt).
     bool have_pending = false;
     int32_t pending = 0;
     for (;;) {
-      Status st = speculator.Step(sampler, job.max_tokens - *generated, &tokens);
+      Status st = speculator_->Step(sampler, job.max_tokens - *generated, &tokens);
       PublishStats();
       if (!st.ok()) return fail(st);
-      const SpeculativePass& pass = speculator.last_pass();
+      const SpeculativePass& pass = speculator_->last_pass();
       metrics_->AddSpeculation(pass.rows, pass.drafted, pass.accepted);
       for (int32_t t : tokens) {
         if (have_pending) fed_.push_back(pending);

@@ -36,6 +36,7 @@
 
 #include "constrain/json_constraint.h"
 #include "deltafin/engine.h"
+#include "deltafin/speculate.h"
 #include "server/metrics.h"
 #include "server/prefix_cache.h"
 #include "server/request.h"
@@ -122,7 +123,13 @@ class Scheduler {
   PrefixCache* cache_;
   const int64_t draft_max_;
   std::unique_ptr<Session> session_;
-  std::vector<int32_t> fed_;  // every token the session has been fed, in order
+  // Speculation (null when draft_max is 0): one Speculator for the worker's whole life, so its
+  // policy's measured pass costs and acceptance carry from one request to the next, and its
+  // buffers are allocated once, not per request.
+  NgramDrafter drafter_;
+  std::unique_ptr<Speculator> speculator_;
+  std::vector<int32_t> pass_tokens_;  // the tokens of one speculative step
+  std::vector<int32_t> fed_;          // every token the session has been fed, in order
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
