@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
+import { runTests } from './test_runner.mjs';
 
 const [baseURL, authBaseURL, apiKey] = process.argv.slice(2);
 const root = baseURL.replace(/\/v1$/, '');
@@ -251,15 +252,4 @@ test('chat completions: tool_choice required / named / none are honoured', async
   assert.equal(none.choices[0].message.tool_calls, undefined);
 });
 
-let failed = 0;
-for (const [name, fn] of tests) {
-  try {
-    await fn();
-    console.log(`ok - ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL - ${name}\n${e.stack}`);
-  }
-}
-console.log(failed ? `${failed} of ${tests.length} failed` : `all ${tests.length} passed`);
-process.exit(failed ? 1 : 0);
+await runTests(tests);

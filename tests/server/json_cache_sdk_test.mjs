@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
+import { runTests } from './test_runner.mjs';
 
 const [mode, baseURL, stateFile] = process.argv.slice(2);
 const root = baseURL.replace(/\/v1$/, '');
@@ -214,15 +215,4 @@ const afterTests = [
 
 const tests = { json: jsonTests, before: beforeTests, after: afterTests }[mode];
 assert.ok(tests, `unknown mode ${mode}`);
-let failed = 0;
-for (const [name, fn] of tests) {
-  try {
-    await fn();
-    console.log(`ok - ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL - ${name}\n${e.stack}`);
-  }
-}
-console.log(failed ? `${failed} of ${tests.length} failed` : `all ${tests.length} passed`);
-process.exit(failed ? 1 : 0);
+await runTests(tests);

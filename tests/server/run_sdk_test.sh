@@ -12,7 +12,7 @@ source "$src/serve_lib.sh"
 trap stop_servers EXIT
 mkdir -p "$work"
 npm_ci "$src"
-cp "$src/sdk_test.mjs" "$src/agent_sdk_test.mjs" "$work/"
+cp "$src/sdk_test.mjs" "$src/agent_sdk_test.mjs" "$src/test_runner.mjs" "$work/"
 make_tiny_model
 start_server base "$work/serve.log" --model "$work/model" --max-queue 1 --threads 1
 start_server auth "$work/serve_auth.log" --model "$work/model" --api-key sekrit --threads 1

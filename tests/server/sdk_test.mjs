@@ -8,6 +8,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
+import { runTests } from './test_runner.mjs';
 
 const [bin, model, baseURL, authBaseURL, apiKey] = process.argv.slice(2);
 const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
@@ -209,15 +210,4 @@ test('429 when the queue is full; an aborted stream cancels its work', async () 
   assert.ok(generated < 1000, `cancelled generation ran on: ${generated} tokens`);
 });
 
-let failed = 0;
-for (const [name, fn] of tests) {
-  try {
-    await fn();
-    console.log(`ok - ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL - ${name}\n${e.stack}`);
-  }
-}
-console.log(failed ? `${failed} of ${tests.length} failed` : `all ${tests.length} passed`);
-process.exit(failed ? 1 : 0);
+await runTests(tests);
