@@ -11,6 +11,11 @@ Stages (the first is cached in --work and reused by later runs):
   3. checkpoints `--work/ckpt-<step>.pt` every --ckpt-every steps and `--work/final.pt`.
 Export to the Hugging Face layout is training/export.py.
 
+A second stage (`--init` with `--copy-fraction`) fine-tunes a trained model on a mix of plain
+windows and *copy windows*: a passage, other text, then the passage again, so the model learns to
+continue a passage it has already seen in its context (the skill prompt-lookup speculation and
+any quoting user rely on); training/README.md has the recipe.
+
 Everything is a pure function of the arguments: the seed fixes the initial weights and the data
 order, torch runs with a fixed thread count, so two runs write bit-identical checkpoints
 (training/README.md says how this was checked).
@@ -33,6 +38,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bpe  # noqa: E402
+import k3_checkpoint  # noqa: E402
 import k3_torch  # noqa: E402
 import model_config  # noqa: E402
 
@@ -58,6 +64,40 @@ def prepare(work, num_ranks):
     train = torch.from_numpy(np.fromfile(paths["train.u16"], dtype=np.uint16).astype(np.int64))
     val = torch.from_numpy(np.fromfile(paths["val.u16"], dtype=np.uint16).astype(np.int64))
     return train, val
+
+
+def copy_window(ids, seq, gen):
+    """seq + 1 ids: a passage of the training text, a stretch of other text, then the passage
+    again from its start (running on past its end into the text that followed it). The repeat
+    starts at a random point so every part of a quote is learnt, not only its opening words."""
+    def randint(lo, hi):  # inclusive
+        return int(torch.randint(lo, hi + 1, (1,), generator=gen))
+    passage = randint(16, seq // 2)
+    gap = randint(0, seq - 2 * passage)
+    a = randint(0, len(ids) - seq - 2)
+    g = randint(0, len(ids) - gap - 1)
+    rest = seq + 1 - passage - gap
+    window = torch.cat([ids[a:a + passage], ids[g:g + gap], ids[a:a + rest]])
+    return window, passage + gap, passage
+
+
+@torch.no_grad()
+def evaluate_copy(model, ids, seq, windows=16):
+    """Greedy top-1 accuracy on the repeated passage of fixed copy windows of held-out text, over
+    the positions whose next id is still inside the passage (what a quoting prompt asks of it)."""
+    model.eval()
+    gen = torch.Generator().manual_seed(1234)
+    hits, count = 0, 0
+    for _ in range(windows):
+        w, repeat, passage = copy_window(ids, seq, gen)
+        # Row t predicts w[t + 1]; from the repeat's first id on, the rest of the passage is in
+        # the context.
+        rows = slice(repeat, min(repeat + passage - 1, seq))
+        pred = model(w[:-1].unsqueeze(0))[0].argmax(-1)
+        hits += int((pred[rows] == w[1:][rows]).sum())
+        count += pred[rows].numel()
+    model.train()
+    return hits / count
 
 
 def param_groups(model, weight_decay):
@@ -115,6 +155,11 @@ def main():
     ap.add_argument("--eval-tokens", type=int, default=4096)
     ap.add_argument("--dims", default="{}", help="JSON overrides of model_config.DIMS")
     ap.add_argument("--out", default="final.pt")
+    ap.add_argument("--init", default="",
+                    help="start from this model (an exported model folder or a .pt checkpoint) "
+                         "instead of random weights")
+    ap.add_argument("--copy-fraction", type=float, default=0.0,
+                    help="share of each batch that is copy windows (copy_window)")
     ap.add_argument("--stop-after", type=int, default=0,
                     help="end after this many steps of the --steps schedule (reproducibility checks)")
     args = ap.parse_args()
@@ -128,6 +173,10 @@ def main():
         f.write("\n")
     cfg = k3_torch.K3Config(config)
     model = k3_torch.K3Model(cfg)
+    if args.init.endswith(".pt"):
+        model.load_state_dict(torch.load(args.init)["model"])
+    elif args.init:
+        k3_checkpoint.load_into(model, k3_checkpoint.read_checkpoint(args.init))
     n_params = sum(p.numel() for p in model.parameters())
     print(f"params {n_params:,}  train tokens {len(train_ids):,}  val tokens {len(val_ids):,}",
           flush=True)
@@ -142,7 +191,10 @@ def main():
             group["lr"] = lr_at(step, args.steps, args.lr, warmup)
         offsets = torch.randint(0, len(train_ids) - args.seq - 1, (args.batch,),
                                 generator=data_gen)
-        batch = torch.stack([train_ids[o:o + args.seq + 1] for o in offsets.tolist()])
+        n_copy = round(args.batch * args.copy_fraction)
+        windows = [train_ids[o:o + args.seq + 1] for o in offsets.tolist()[n_copy:]]
+        windows += [copy_window(train_ids, args.seq, data_gen)[0] for _ in range(n_copy)]
+        batch = torch.stack(windows)
         logits = model(batch[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -155,6 +207,8 @@ def main():
                  "seconds": round(time.time() - start, 1)}
         if done % args.eval_every == 0 or done == args.steps:
             entry["val"] = round(evaluate(model, val_ids, 256, args.eval_tokens), 4)
+            if args.copy_fraction > 0:
+                entry["copy_acc"] = round(evaluate_copy(model, val_ids, args.seq), 4)
             tokens = done * args.batch * args.seq
             entry["tokens_per_s"] = round(tokens / (time.time() - start), 1)
         if "val" in entry or done % 10 == 0:
