@@ -94,6 +94,10 @@ struct ModelInfo {
   int64_t spine_products_per_token = 0;  // spine matrix-kernel calls a step makes
   uint64_t router_bytes = 0;             // one MoE layer's router (the lookahead reads one more)
   uint64_t recurrent_state_bytes = 0;    // KDA state, read and written every step
+  // Spine bytes a step reads between a layer's routed experts and the end of that layer (each
+  // MoE layer's latent up-projection, and lm_head): work no expert read can overlap, because the
+  // lookahead for the next layer is issued only after it.
+  uint64_t unoverlapped_spine_bytes_per_token = 0;
 };
 
 // Receives intermediate values during a forward pass (debug dumps, route tests, traces).

@@ -180,4 +180,8 @@ std::vector<std::string> Checkpoint::Names() const {
   return names;
 }
 
+void Checkpoint::AdviseRandomAccess() const {
+  for (const MappedFile& shard : shards_) shard.AdviseRandomAccess();
+}
+
 }  // namespace deltafin

@@ -41,6 +41,8 @@ class Checkpoint {
   TensorView View(const TensorRecord& record) const;
   // Every tensor name, for validation passes that look for unexpected tensors.
   std::vector<std::string> Names() const;
+  // MappedFile::AdviseRandomAccess on every shard.
+  void AdviseRandomAccess() const;
 
  private:
   std::string dir_;

@@ -26,6 +26,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Tells the kernel page faults here are random: each fault reads its own page, not the
+  // read-around window (madvise MADV_RANDOM; a no-op where unsupported). Explicit readahead
+  // (MADV_WILLNEED on a range) still reads that whole range.
+  void AdviseRandomAccess() const;
 
  private:
   void Reset();

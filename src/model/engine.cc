@@ -13,6 +13,7 @@
 #include "kernels/matvec.h"
 #include "model/forward.h"
 #include "model/spine_int8.h"
+#include "model/spine_pages.h"
 #include "model/tensor_roster.h"
 #include "model/weights.h"
 
@@ -208,6 +209,9 @@ Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c
   }
   info.spine_products_per_token = products;
   info.router_bytes = static_cast<uint64_t>(c.num_experts * c.hidden_size) * 2;
+  info.unoverlapped_spine_bytes_per_token =
+      static_cast<uint64_t>(c.vocab_size * c.hidden_size) * 2 +
+      static_cast<uint64_t>(c.num_moe_layers() * c.hidden_size * c.routed_expert_hidden_size) * 2;
   return p;
 }
 
@@ -253,6 +257,18 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
     DF_RETURN_IF_ERROR(AttachSpineInt8(options.model_dir, impl->weights.get()));
   }
   if (plan.memory.experts_streamed) {
+    if (plan.memory.spine_resident) {
+      // The shards' mapped pages are then only the spine's, but a fault's read-around also
+      // brings in the expert bytes next to each spine tensor: page cache the memory plan did not
+      // count, which under a memory limit evicted resident spine pages that decode then faulted
+      // back one by one (docs/PERFORMANCE.md, 2026-12-03). So faults read their own page only,
+      // and the spine's matrices are read here, once, over their exact ranges. A streamed spine
+      // keeps the read-around: its small tensors (norms, biases), evicted between tokens, come
+      // back in a few large reads instead of one fault each.
+      impl->weights->checkpoint.AdviseRandomAccess();
+      SpinePages pages(*impl->weights);
+      for (int64_t g = 0; g <= pages.tail_group(); ++g) pages.MakeResident(g);
+    }
     DF_ASSIGN_OR_RETURN(auto reader, OpenShardSpanReader(*impl->weights, options.direct_io));
     ExpertStreamOptions so;
     so.cache_bytes = plan.memory.expert_cache_bytes;
