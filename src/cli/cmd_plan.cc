@@ -338,6 +338,7 @@ ModelWorkload WorkloadFrom(const ModelInfo& info) {
   w.spine_products = info.spine_products_per_token;
   w.router_bytes = info.router_bytes;
   w.recurrent_state_bytes = info.recurrent_state_bytes;
+  w.unoverlapped_spine_bytes = info.unoverlapped_spine_bytes_per_token;
   w.expert_bytes = info.expert_bytes;
   w.experts_per_token = info.experts_per_token;
   w.num_experts = info.num_experts;

@@ -100,8 +100,19 @@ Prediction PredictScenario(const MachineProfile& m, const ModelWorkload& w, cons
     spine_read = D(w.spine_bytes_per_token);
     r.spine_disk_s = Div(spine_read, m.spine_read_bps);
   }
-  r.exposed_io_s = (1 - a.lookahead_recall) * a.demand_exposed * std::min(compute, r.expert_disk_s);
-  r.s_per_token = r.spine_disk_s + std::max(compute, r.expert_disk_s) + r.exposed_io_s;
+  // Overlap, layer by layer: the layer-output lookahead issues layer L+1's guessed reads when
+  // layer L ends, so they run behind L+1's attention, router, shared experts and latent
+  // down-projection (the window), not behind L's routed experts and latent up-projection or
+  // lm_head; the reads the lookahead missed start when L+1 routes and are only partly hidden
+  // (by the shared experts and the experts already read).
+  const double resident = ResidentComputeSeconds(m, w, int8);
+  const double after_experts = ExpertComputeSeconds(m, w) +
+                               Div(D(w.unoverlapped_spine_bytes), int8 ? m.int8_bps : m.bf16_bps);
+  const double window = compute * std::clamp(Div(resident - after_experts, resident), 0.0, 1.0);
+  const double guessed = a.lookahead_recall * r.expert_disk_s;
+  r.exposed_io_s = std::max(0.0, guessed - window) +
+                   (1 - a.lookahead_recall) * a.demand_exposed * r.expert_disk_s;
+  r.s_per_token = r.spine_disk_s + compute + r.exposed_io_s;
   r.bytes_read = static_cast<uint64_t>(read + spine_read);
   r.bound = r.spine_disk_s + r.expert_disk_s > compute ? "disk" : "compute";
   return r;

@@ -45,9 +45,12 @@ struct ModelWorkload {
   int64_t spine_products = 0;          // spine kernel calls per step
   uint64_t router_bytes = 0;           // one router (the lookahead's extra product per layer)
   uint64_t recurrent_state_bytes = 0;  // read and written every step
-  uint64_t expert_bytes = 0;           // one routed expert
-  int64_t experts_per_token = 0;       // top-k
-  int64_t num_experts = 0;             // per MoE layer
+  // Spine bytes per step after each layer's routed experts (latent up-projections, lm_head):
+  // compute the next layer's lookahead reads cannot overlap (ModelInfo's field of that name).
+  uint64_t unoverlapped_spine_bytes = 0;
+  uint64_t expert_bytes = 0;      // one routed expert
+  int64_t experts_per_token = 0;  // top-k
+  int64_t num_experts = 0;        // per MoE layer
   int64_t num_moe_layers = 0;
   uint64_t all_expert_bytes() const {
     return expert_bytes * static_cast<uint64_t>(num_experts * num_moe_layers);

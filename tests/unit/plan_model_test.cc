@@ -69,7 +69,8 @@ TEST(PlanModelTest, ResidentComputeIsBytesOverRatePlusCalls) {
 
 TEST(PlanModelTest, StreamedExpertsWithResidentSpine) {
   MachineProfile m = Profile();
-  const ModelWorkload w = Workload();
+  ModelWorkload w = Workload();
+  w.unoverlapped_spine_bytes = 100'000'000;  // 0.01 s of the spine's 0.1 s runs after experts
   ScenarioPlan p;
   p.name = "stream-spine-resident";
   p.spine = "bf16";
@@ -87,16 +88,22 @@ TEST(PlanModelTest, StreamedExpertsWithResidentSpine) {
   EXPECT_NEAR(r.expert_disk_s, 0.0495, 1e-12);
   // compute 0.146 + 10 lookahead routers x (1e6 / 1e10 + 10 us) = 0.146 + 0.0011.
   EXPECT_NEAR(r.compute_s, 0.1471, 1e-12);
-  // exposed (1 - 0.8) x 0.5 x min(0.1471, 0.0495); total max(...) + exposed.
+  // The window the guessed reads hide behind: compute less the routed experts (0.026 s) and the
+  // unoverlapped spine (0.01 s), as a share of the resident 0.146 s.
+  const double window = 0.1471 * (0.146 - 0.036) / 0.146;
+  // Guessed 0.8 x 0.0495 = 0.0396 s fits in the window; the missed reads, (1 - 0.8) x 0.5 of
+  // their 0.0495 s, are exposed; total compute + exposed.
   EXPECT_NEAR(r.exposed_io_s, 0.1 * 0.0495, 1e-12);
   EXPECT_NEAR(r.s_per_token, 0.1471 + 0.00495, 1e-12);
   EXPECT_EQ(r.bound, "compute");
 
-  // A disk 10x slower makes it disk-bound: 0.495 s of reads.
+  // A disk 10x slower makes it disk-bound: 0.495 s of reads, of which the guessed 0.396 s
+  // overrun the window and the missed 0.099 s are half exposed.
   m.expert_read_bps = 2e8;
   const Prediction slow = PredictScenario(m, w, p, a);
   EXPECT_EQ(slow.bound, "disk");
-  EXPECT_NEAR(slow.s_per_token, 0.495 + 0.1 * 0.1471, 1e-12);
+  EXPECT_NEAR(slow.exposed_io_s, 0.396 - window + 0.0495, 1e-12);
+  EXPECT_NEAR(slow.s_per_token, 0.1471 + 0.396 - window + 0.0495, 1e-12);
 
   // Reader CPU time is shared by the compute threads: 1 ns a byte x 9.9e7 B / 2 threads.
   m = Profile();
