@@ -37,8 +37,7 @@ def chat(base, messages, n=40, stream=False):
     if not stream:
         return post(base, "/v1/chat/completions", body)["choices"][0]["message"]["content"]
     body["stream"] = True
-    status, _, raw = serve_client.request(SPEC if base == SPEC else OFF, "POST",
-                                          "/v1/chat/completions", body, timeout=300)
+    status, _, raw = serve_client.request(base, "POST", "/v1/chat/completions", body, timeout=300)
     check(status == 200, f"stream: {status}")
     text = ""
     for line in raw.decode().splitlines():
