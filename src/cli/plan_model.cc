@@ -64,7 +64,8 @@ Prediction PredictScenario(const MachineProfile& m, const ModelWorkload& w, cons
     return r;
   }
   const bool int8 = p.spine == "int8";
-  double compute = ResidentComputeSeconds(m, w, int8);
+  const double resident = ResidentComputeSeconds(m, w, int8);
+  double compute = resident;
   if (!p.experts_streamed) {
     r.compute_s = r.s_per_token = compute;
     r.bound = "compute";
@@ -105,7 +106,6 @@ Prediction PredictScenario(const MachineProfile& m, const ModelWorkload& w, cons
   // down-projection (the window), not behind L's routed experts and latent up-projection or
   // lm_head; the reads the lookahead missed start when L+1 routes and are only partly hidden
   // (by the shared experts and the experts already read).
-  const double resident = ResidentComputeSeconds(m, w, int8);
   const double after_experts = ExpertComputeSeconds(m, w) +
                                Div(D(w.unoverlapped_spine_bytes), int8 ? m.int8_bps : m.bf16_bps);
   const double window = compute * std::clamp(Div(resident - after_experts, resident), 0.0, 1.0);

@@ -49,17 +49,17 @@ namespace {
 
 // Resident bytes of `specs`; with the row-int8 spine, converted matrices count as int8 plus one
 // fp32 scale per row (their BF16 shard pages stay mapped but are never touched).
+// Bytes of one spine tensor in the runtime format (the row-int8 copy with --spine int8).
+uint64_t TensorBytes(const TensorSpec& spec, bool spine_int8) {
+  if (spine_int8) return SpineInt8TensorBytes(spec.name, spec.dtype, spec.shape);
+  uint64_t n = DTypeSize(spec.dtype);
+  for (int64_t d : spec.shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
 uint64_t SpecBytes(const std::vector<TensorSpec>& specs, bool spine_int8) {
   uint64_t total = 0;
-  for (const auto& spec : specs) {
-    if (spine_int8) {
-      total += SpineInt8TensorBytes(spec.name, spec.dtype, spec.shape);
-      continue;
-    }
-    uint64_t n = DTypeSize(spec.dtype);
-    for (int64_t d : spec.shape) n *= static_cast<uint64_t>(d);
-    total += n;
-  }
+  for (const auto& spec : specs) total += TensorBytes(spec, spine_int8);
   return total;
 }
 
@@ -194,6 +194,11 @@ Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c
   int64_t products = 0;
   auto count = [&](const std::vector<TensorSpec>& specs) {
     for (const auto& spec : specs) {
+      // What runs after a layer's routed experts, before the next layer's lookahead is issued.
+      if (spec.name.find("lm_head") != std::string::npos ||
+          spec.name.find("routed_expert_up_proj") != std::string::npos) {
+        info.unoverlapped_spine_bytes_per_token += TensorBytes(spec, options.spine_int8);
+      }
       if (spec.shape.size() != 2 || spec.shape[0] <= 1) continue;
       if (spec.name.find("embed_tokens") != std::string::npos) continue;
       products += spec.name.find("kv_b_proj") != std::string::npos ? 2 * c.mla_heads : 1;
@@ -209,9 +214,6 @@ Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c
   }
   info.spine_products_per_token = products;
   info.router_bytes = static_cast<uint64_t>(c.num_experts * c.hidden_size) * 2;
-  info.unoverlapped_spine_bytes_per_token =
-      static_cast<uint64_t>(c.vocab_size * c.hidden_size) * 2 +
-      static_cast<uint64_t>(c.num_moe_layers() * c.hidden_size * c.routed_expert_hidden_size) * 2;
   return p;
 }
 

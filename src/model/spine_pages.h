@@ -2,12 +2,14 @@
 // spine that does not fit in RAM spends coming from disk is measured (OpFamily::kSpineIoWait)
 // instead of hiding inside the kernels' page faults.
 //
-// Used only when the memory plan says the spine is not resident (docs/STREAMING.md): then most of
-// a layer's pages were evicted since the last token and must be read again anyway. mincore()
-// finds the missing pages; if any, madvise(MADV_WILLNEED) starts readahead over the matrix and
-// one byte per missing page is read, which waits for it. The bytes are not changed or copied, so
-// results are the same. A resident spine skips all of this (its pages stay in RAM after the first
-// token; that first token's faults are charged to the ops that touch them).
+// Per layer, used when the memory plan says the spine is not resident (docs/STREAMING.md): then
+// most of a layer's pages were evicted since the last token and must be read again anyway.
+// mincore() finds the missing pages; if any, madvise(MADV_WILLNEED) starts readahead over the
+// matrix and one byte per missing page is read, which waits for it. The bytes are not changed or
+// copied, so results are the same. A resident spine does not page in per layer: with streamed
+// experts the engine brings every group in once at load (Engine::Load, after turning off fault
+// read-around), with mapped experts its first token's faults are charged to the ops that touch
+// them.
 #pragma once
 
 #include <cstddef>

@@ -212,6 +212,13 @@ TEST(PlanModelTest, K3WorkloadFromConfigMatchesSpec) {
             int8->spine_bytes - int8->spine_bytes_per_token);
   // 69 KDA layers x 96 heads x 128 x 128 fp32.
   EXPECT_EQ(bf16->recurrent_state_bytes, 434'110'464u);
+  // After the routed experts: lm_head 163840 x 7168 and 92 latent up-projections 7168 x 3584,
+  // BF16; the int8 copy is one byte a weight plus a scale per row.
+  EXPECT_EQ(bf16->unoverlapped_spine_bytes_per_token,
+            2ull * (163840ull * 7168 + 92ull * 7168 * 3584));
+  EXPECT_GT(int8->unoverlapped_spine_bytes_per_token, 163840ull * 7168 + 92ull * 7168 * 3584);
+  EXPECT_LT(int8->unoverlapped_spine_bytes_per_token,
+            bf16->unoverlapped_spine_bytes_per_token * 6 / 10);
 }
 
 }  // namespace
