@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +36,7 @@
 #include "bench/machine_probe.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/memory_cgroup.h"
 #include "cli/plan_model.h"
 #include "io/direct_file.h"
 #include "modelgen/make_model.h"
@@ -148,11 +150,16 @@ Result<double> ProbeDirectReads(const std::vector<std::string>& files, uint64_t 
   return bytes / secs;
 }
 
-// Reads `file`'s pages the way a non-resident spine is brought in (model/spine_pages.h): the
-// file's cached pages dropped first, then matrix by matrix (`chunk` bytes, the model's mean spine
-// matrix, visited in shuffled order: a shard's matrices are in name order, not layer order)
-// madvise(MADV_WILLNEED) and one byte touched per page. Bytes/s over at most `max_bytes`.
-Result<double> ProbeSpinePages(const std::string& file, uint64_t max_bytes, uint64_t chunk) {
+// Reads `file`'s pages the way a non-resident spine is brought in (model/spine_pages.h):
+// the file's cached pages dropped first, then in chunks of `chunk` bytes (the engine cuts
+// matrices into chunks of at most 1 MiB; visited in shuffled order, because a shard's matrices
+// are in name order, not layer order) taken in turn by `readers` threads, each doing
+// madvise(MADV_WILLNEED) and touching one byte per missing page. The region is read twice and
+// the second pass is timed: under a memory limit smaller than the region (see
+// ProbeSpinePagesUnderLimit) every page of it then has to evict another, as in decode. Returns
+// the bytes that were missing per second.
+Result<double> ProbeSpinePages(const std::string& file, uint64_t max_bytes, uint64_t chunk,
+                               int readers, bool drop_between_passes) {
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::Error("cannot open " + file + " to probe spine reads");
   const auto size = static_cast<uint64_t>(::lseek(fd, 0, SEEK_END));
@@ -164,9 +171,11 @@ Result<double> ProbeSpinePages(const std::string& file, uint64_t max_bytes, uint
   ::fdatasync(fd);
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (map == MAP_FAILED) return Status::Error("cannot map " + file);
-  const auto* p = static_cast<const volatile uint8_t*>(map);
+  if (map == MAP_FAILED) {
+    ::close(fd);
+    return Status::Error("cannot map " + file);
+  }
+  auto* base = static_cast<uint8_t*>(map);
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   chunk = std::clamp<uint64_t>(chunk / page * page, page, bytes);
   std::vector<uint64_t> order;
@@ -178,17 +187,104 @@ Result<double> ProbeSpinePages(const std::string& file, uint64_t max_bytes, uint
     s ^= s << 17;
     std::swap(order[i - 1], order[s % i]);
   }
-  uint64_t sum = 0;
+  std::atomic<size_t> next{0};
+  std::atomic<uint64_t> missing_pages{0};
+  const auto reader = [&] {
+    std::vector<unsigned char> vec(chunk / page + 1);
+    uint64_t missing = 0;
+    unsigned sink = 0;
+    for (size_t c = next.fetch_add(1); c < order.size(); c = next.fetch_add(1)) {
+      uint8_t* p = base + order[c];
+      const uint64_t n = std::min(chunk, bytes - order[c]);
+#if defined(__APPLE__)
+      if (::mincore(p, n, reinterpret_cast<char*>(vec.data())) != 0) continue;
+#else
+      if (::mincore(p, n, vec.data()) != 0) continue;
+#endif
+      size_t absent = 0;
+      for (uint64_t i = 0; i < n / page; ++i) absent += (vec[i] & 1) == 0;
+      if (absent == 0) continue;
+      ::madvise(p, n, MADV_WILLNEED);
+      for (uint64_t i = 0; i < n / page; ++i) {
+        if ((vec[i] & 1) == 0) sink += *reinterpret_cast<const volatile uint8_t*>(p + i * page);
+      }
+      missing += absent;
+    }
+    missing_pages.fetch_add(missing);
+    if (sink == 1) std::fputc(' ', stderr);  // keep the reads
+  };
+  const auto pass = [&] {
+    next.store(0);
+    missing_pages.store(0);
+    std::vector<std::thread> pool;
+    for (int t = 1; t < readers; ++t) pool.emplace_back(reader);
+    reader();
+    for (auto& th : pool) th.join();
+  };
+  pass();
+  if (drop_between_passes) ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   const auto t0 = Clock::now();
-  for (uint64_t b : order) {
-    const uint64_t n = std::min(chunk, bytes - b);
-    ::madvise(const_cast<uint8_t*>(p) + b, n, MADV_WILLNEED);
-    for (uint64_t i = 0; i < n; i += page) sum += p[b + i];
-  }
+  pass();
   const double secs = Seconds(t0, Clock::now());
   ::munmap(map, bytes);
-  if (sum == 1) std::fputc(' ', stderr);  // keep the reads
-  return static_cast<double>(bytes) / secs;
+  ::close(fd);
+  const double missed = static_cast<double>(missing_pages.load() * page);
+  if (missed < static_cast<double>(bytes) / 4) {
+    return Status::Error("the spine page probe found its pages still cached (missing " +
+                         HumanBytes(static_cast<uint64_t>(missed)) + " of " + HumanBytes(bytes) +
+                         "): the memory limit did not hold");
+  }
+  return missed / secs;
+}
+
+// ProbeSpinePages in a child process inside a memory cgroup a quarter of the region's size (at
+// least 4 MiB), the conditions of a streamed spine in decode (bench decode runs it under such a
+// limit): each page read must reclaim another, which costs system time the bare read does not.
+// Where no cgroup can be made (not root, no delegation), the timed pass runs in this process
+// after the region's cached pages are dropped, and `*limited` is false.
+Result<double> ProbeSpinePagesUnderLimit(const std::string& file, uint64_t max_bytes,
+                                         uint64_t chunk, int readers, bool* limited) {
+  *limited = false;
+  std::error_code ec;
+  const uint64_t region = std::min<uint64_t>(fs::file_size(file, ec), max_bytes);
+  if (ec) return Status::Error("cannot open " + file + " to probe spine reads");
+  auto cg = MemoryCgroup::Create(std::max<uint64_t>(region / 4, 4ull << 20));
+  if (!cg.ok()) return ProbeSpinePages(file, max_bytes, chunk, readers, true);
+  int result_pipe[2];
+  int go_pipe[2];
+  if (::pipe(result_pipe) != 0) return Status::Error("pipe failed");
+  if (::pipe(go_pipe) != 0) {
+    ::close(result_pipe[0]);
+    ::close(result_pipe[1]);
+    return Status::Error("pipe failed");
+  }
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(result_pipe[0]);
+    ::close(go_pipe[1]);
+    char go = 0;
+    if (::read(go_pipe[0], &go, 1) != 1 || go != 1) ::_exit(3);
+    auto bps = ProbeSpinePages(file, max_bytes, chunk, readers, false);
+    const double value = bps.ok() ? *bps : -1.0;
+    if (!bps.ok()) std::fprintf(stderr, "plan: %s\n", bps.status().message().c_str());
+    const bool sent = ::write(result_pipe[1], &value, sizeof value) == sizeof value;
+    ::_exit(sent ? 0 : 1);
+  }
+  ::close(result_pipe[1]);
+  ::close(go_pipe[0]);
+  char go = cg->AddProcess(child).ok() ? 1 : 0;
+  if (::write(go_pipe[1], &go, 1) != 1) go = 0;
+  ::close(go_pipe[1]);
+  double value = -1.0;
+  const bool got = ::read(result_pipe[0], &value, sizeof value) == sizeof value;
+  ::close(result_pipe[0]);
+  int wstatus = 0;
+  ::waitpid(child, &wstatus, 0);
+  if (go != 1) return Status::Error("could not move the spine page probe into its cgroup");
+  if (!got || value <= 0) return Status::Error("the spine page probe failed");
+  *limited = true;
+  return value;
 }
 
 // A file of `bytes` random bytes in `dir`, written and flushed, its cached pages dropped, for
@@ -525,8 +621,16 @@ int RunPlan(const PlanArgs& a) {
       const uint64_t mean_matrix =
           info.spine_bytes_per_token /
           static_cast<uint64_t>(std::max<int64_t>(1, info.spine_products_per_token));
-      auto bps = ProbeSpinePages(spine_file, a.quick ? (64ull << 20) : (512ull << 20), mean_matrix);
+      bool limited = false;
+      auto bps = ProbeSpinePagesUnderLimit(spine_file, a.quick ? (64ull << 20) : (512ull << 20),
+                                           std::min<uint64_t>(mean_matrix, 1ull << 20),
+                                           a.io_threads, &limited);
       if (!bps.ok()) return Fail(bps.status());
+      if (!limited) {
+        std::fprintf(stderr,
+                     "plan: no memory cgroup for the spine page probe (needs root or a delegated "
+                     "cgroup): measured without the reclaim a memory limit adds\n");
+      }
       m.spine_read_bps = *bps;
     }
     m.free_disk = FreeDisk(disk_dir);

@@ -268,7 +268,7 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
       // keeps the read-around: its small tensors (norms, biases), evicted between tokens, come
       // back in a few large reads instead of one fault each.
       impl->weights->checkpoint.AdviseRandomAccess();
-      SpinePages pages(*impl->weights);
+      SpinePages pages(*impl->weights, options.io_threads);
       for (int64_t g = 0; g <= pages.tail_group(); ++g) pages.MakeResident(g);
     }
     DF_ASSIGN_OR_RETURN(auto reader, OpenShardSpanReader(*impl->weights, options.direct_io));
@@ -299,7 +299,7 @@ std::unique_ptr<Session> Engine::NewSession() const {
       std::make_unique<Session::Impl>(*impl_->weights, chunk, impl_->info.context_capacity,
                                       VerifyRows(impl_->options), RollbackMode(impl_->options));
   impl->forward.SetExpertFetcher(impl_->options.expert_fetcher.get());
-  impl->forward.SetSpineNotResident(!impl_->spine_resident);
+  impl->forward.SetSpineNotResident(!impl_->spine_resident, impl_->options.io_threads);
   if (impl_->streamer) {
     impl->forward.SetExpertStreamer(impl_->streamer.get(), impl_->options.lookahead);
     impl->stream_mutex = &impl_->stream_mutex;

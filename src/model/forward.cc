@@ -222,6 +222,9 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
     if (expert_streamer_ != nullptr && late && i + 1 < c_.num_hidden_layers &&
         w_.layers[static_cast<size_t>(i + 1)].is_moe) {
       const LayerWeights& next = w_.layers[static_cast<size_t>(i + 1)];
+      // The guess runs the next layer's router, so a streamed spine brings that layer in now,
+      // in one readahead over its matrices, instead of one page fault at a time in the router.
+      PageInSpine(i + 1);
       Mix(next.mlp_res_query, n, n_anchors, mixed_.data());
       for (int64_t t = 0; t < n; ++t) {
         RmsNorm(mixed_.data() + t * h, next.post_attn_norm.data(), h, c_.rms_norm_eps,

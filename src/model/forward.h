@@ -69,10 +69,10 @@ class ForwardPass {
     expert_streamer_ = streamer;
     lookahead_ = lookahead;
   }
-  // A spine that does not fit in RAM: bring each layer's matrices in before it runs, timed as
-  // spine I/O wait (model/spine_pages.h).
-  void SetSpineNotResident(bool not_resident) {
-    spine_pages_ = not_resident ? std::make_unique<SpinePages>(w_) : nullptr;
+  // A spine that does not fit in RAM: bring each layer's matrices in before it runs, with
+  // `readers` threads, timed as spine I/O wait (model/spine_pages.h).
+  void SetSpineNotResident(bool not_resident, int readers) {
+    spine_pages_ = not_resident ? std::make_unique<SpinePages>(w_, readers) : nullptr;
   }
   const SessionStats& stats() const { return stats_; }
   void ResetStats() { stats_ = SessionStats{}; }

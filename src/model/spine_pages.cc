@@ -7,12 +7,12 @@
 
 namespace deltafin {
 
-SpinePages::SpinePages(const ModelWeights& w) {
+SpinePages::SpinePages(const ModelWeights& w, int readers) {
   page_ = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   groups_.resize(w.layers.size() + 1);
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& lw = w.layers[i];
-    std::vector<Range>* g = &groups_[i];
+    std::vector<Chunk>* g = &groups_[i];
     if (lw.kind == AttentionKind::kKda) {
       for (const SpineMatrix* m :
            {&lw.kda.q_proj, &lw.kda.k_proj, &lw.kda.v_proj, &lw.kda.f_a_proj, &lw.kda.f_b_proj,
@@ -31,24 +31,35 @@ SpinePages::SpinePages(const ModelWeights& w) {
     }
   }
   Add(&groups_.back(), w.lm_head);
-  size_t most_pages = 0;
-  for (const auto& g : groups_) {
-    for (const Range& r : g) most_pages = std::max(most_pages, r.bytes / page_);
-  }
-  residency_.resize(most_pages);
+  const size_t threads = static_cast<size_t>(std::max(readers, 1));
+  residency_.assign(threads, std::vector<unsigned char>(kChunkBytes / page_));
+  readers_.reserve(threads - 1);
+  for (size_t i = 1; i < threads; ++i) readers_.emplace_back([this, i] { ReaderLoop(i); });
 }
 
-void SpinePages::Add(std::vector<Range>* group, const void* data, size_t bytes) {
+SpinePages::~SpinePages() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : readers_) t.join();
+}
+
+void SpinePages::Add(std::vector<Chunk>* group, const void* data, size_t bytes) {
   if (data == nullptr || bytes == 0) return;
   // Page-align by offsetting the pointer itself (no integer-to-pointer cast).
   const auto start = reinterpret_cast<uintptr_t>(data);
   const uintptr_t begin = start & ~(static_cast<uintptr_t>(page_) - 1);
   const uintptr_t end = (start + bytes + page_ - 1) & ~(static_cast<uintptr_t>(page_) - 1);
   const uint8_t* first = static_cast<const uint8_t*>(data) - (start - begin);
-  group->push_back({first, static_cast<size_t>(end - begin)});
+  const auto total = static_cast<size_t>(end - begin);
+  for (size_t off = 0; off < total; off += kChunkBytes) {
+    group->push_back({first + off, std::min(kChunkBytes, total - off)});
+  }
 }
 
-void SpinePages::Add(std::vector<Range>* group, const SpineMatrix& m) {
+void SpinePages::Add(std::vector<Chunk>* group, const SpineMatrix& m) {
   const auto elements = static_cast<size_t>(m.rows) * static_cast<size_t>(m.cols);
   // The int8 spine computes from its own mapped copy; the BF16 pages are then never touched.
   if (m.q != nullptr) {
@@ -58,30 +69,65 @@ void SpinePages::Add(std::vector<Range>* group, const SpineMatrix& m) {
   }
 }
 
-uint64_t SpinePages::MakeResident(int64_t group) {
+void SpinePages::Drain(std::vector<unsigned char>* residency) {
+  const std::vector<Chunk>& chunks = *work_;
   uint64_t missing = 0;
-  for (const Range& r : groups_[static_cast<size_t>(group)]) {
+  for (size_t c = next_chunk_.fetch_add(1); c < chunks.size(); c = next_chunk_.fetch_add(1)) {
+    const Chunk& r = chunks[c];
     const size_t pages = r.bytes / page_;
     void* addr = const_cast<uint8_t*>(r.begin);
 #if defined(__APPLE__)
-    auto* vec = reinterpret_cast<char*>(residency_.data());
+    auto* vec = reinterpret_cast<char*>(residency->data());
 #else
-    unsigned char* vec = residency_.data();
+    unsigned char* vec = residency->data();
 #endif
     if (::mincore(addr, r.bytes, vec) != 0) continue;  // not mapped memory: nothing to bring in
     size_t absent = 0;
-    for (size_t p = 0; p < pages; ++p) absent += (residency_[p] & 1) == 0;
+    for (size_t p = 0; p < pages; ++p) absent += ((*residency)[p] & 1) == 0;
     if (absent == 0) continue;
     ::madvise(addr, r.bytes, MADV_WILLNEED);
     unsigned sink = 0;
     for (size_t p = 0; p < pages; ++p) {
-      if ((residency_[p] & 1) == 0)
+      if (((*residency)[p] & 1) == 0)
         sink += *reinterpret_cast<const volatile uint8_t*>(r.begin + p * page_);
     }
     static_cast<void>(sink);
     missing += absent;
   }
-  return missing * page_;
+  missing_pages_.fetch_add(missing);
+}
+
+void SpinePages::ReaderLoop(size_t index) {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+    }
+    Drain(&residency_[index]);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--busy_readers_ == 0) done_.notify_one();
+  }
+}
+
+uint64_t SpinePages::MakeResident(int64_t group) {
+  work_ = &groups_[static_cast<size_t>(group)];
+  next_chunk_.store(0);
+  missing_pages_.store(0);
+  if (!readers_.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    busy_readers_ = static_cast<int>(readers_.size());
+    ++generation_;
+  }
+  wake_.notify_all();
+  Drain(&residency_[0]);
+  if (!readers_.empty()) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return busy_readers_ == 0; });
+  }
+  return missing_pages_.load() * page_;
 }
 
 }  // namespace deltafin

@@ -4,16 +4,23 @@
 //
 // Per layer, used when the memory plan says the spine is not resident (docs/STREAMING.md): then
 // most of a layer's pages were evicted since the last token and must be read again anyway.
-// mincore() finds the missing pages; if any, madvise(MADV_WILLNEED) starts readahead over the
-// matrix and one byte per missing page is read, which waits for it. The bytes are not changed or
-// copied, so results are the same. A resident spine does not page in per layer: with streamed
-// experts the engine brings every group in once at load (Engine::Load, after turning off fault
-// read-around), with mapped experts its first token's faults are charged to the ops that touch
-// them.
+// The layer's matrices are cut into chunks of at most 1 MiB at construction; `readers` threads
+// (the caller among them) take chunks in turn, and for each one mincore() finds the missing
+// pages, madvise(MADV_WILLNEED) starts readahead over it and one byte per missing page is read,
+// which waits for it. One thread keeps one readahead in flight; several keep the disk's queue
+// full (a page read at queue depth 1 runs at about half this machine's direct-read rate:
+// docs/PERFORMANCE.md). The bytes are not changed or copied, so results are the same.
+// A resident spine does not page in per layer: with streamed experts the engine brings every
+// group in once at load (Engine::Load, after turning off fault read-around), with mapped experts
+// its first token's faults are charged to the ops that touch them.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "model/weights.h"
@@ -22,25 +29,46 @@ namespace deltafin {
 
 class SpinePages {
  public:
-  // Groups 0..layers-1: each decoder layer's matrices; group `layers`: lm_head. Reserves the
-  // mincore vector for the largest matrix, so MakeResident does not allocate.
-  explicit SpinePages(const ModelWeights& weights);
+  // Groups 0..layers-1: each decoder layer's matrices; group `layers`: lm_head. Starts
+  // `readers` - 1 threads (they sleep between calls) and reserves every buffer MakeResident
+  // uses, so it does not allocate.
+  SpinePages(const ModelWeights& weights, int readers);
+  ~SpinePages();
+  SpinePages(const SpinePages&) = delete;
+  SpinePages& operator=(const SpinePages&) = delete;
+
   int64_t tail_group() const { return static_cast<int64_t>(groups_.size()) - 1; }
   // Makes every page of the group's matrices resident; returns the bytes of the pages that were
   // missing (what had to come from disk, readahead beyond them not counted).
   uint64_t MakeResident(int64_t group);
 
  private:
-  struct Range {
+  struct Chunk {
     const uint8_t* begin;  // page-aligned
-    size_t bytes;          // a whole number of pages
+    size_t bytes;          // a whole number of pages, at most kChunkBytes
   };
-  void Add(std::vector<Range>* group, const void* data, size_t bytes);
-  void Add(std::vector<Range>* group, const SpineMatrix& m);
+  static constexpr size_t kChunkBytes = size_t{1} << 20;
+  void Add(std::vector<Chunk>* group, const void* data, size_t bytes);
+  void Add(std::vector<Chunk>* group, const SpineMatrix& m);
+  // Takes chunks of the current group until none is left; `residency` is this thread's buffer.
+  void Drain(std::vector<unsigned char>* residency);
+  void ReaderLoop(size_t index);
 
   size_t page_ = 4096;
-  std::vector<std::vector<Range>> groups_;
-  std::vector<unsigned char> residency_;  // mincore output for one range
+  std::vector<std::vector<Chunk>> groups_;
+  std::vector<std::vector<unsigned char>> residency_;  // mincore output, one per thread
+
+  // The call in progress: the chunks of one group, taken by index.
+  const std::vector<Chunk>* work_ = nullptr;
+  std::atomic<size_t> next_chunk_{0};
+  std::atomic<uint64_t> missing_pages_{0};
+  std::mutex mutex_;
+  std::condition_variable wake_;  // readers: a new call (generation_) or stop_
+  std::condition_variable done_;  // the caller: busy_readers_ == 0
+  uint64_t generation_ = 0;
+  int busy_readers_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> readers_;
 };
 
 }  // namespace deltafin
