@@ -107,12 +107,14 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
       continuation.push_back(next);
       const SessionStats before = session->stats();
       const uint64_t io_before = ProcReadBytes();
+      const uint64_t faults_before = ProcMajorFaults();
       const auto t0 = std::chrono::steady_clock::now();
       DF_RETURN_IF_ERROR(session->Decode(next));
       StepStats st;
       st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       st.delta = Subtract(session->stats(), before);
       st.proc_read_bytes = ProcReadBytes() - io_before;
+      st.major_faults = ProcMajorFaults() - faults_before;
       st.position = session->position() - 1;
       if (steps != nullptr) {
         LogInfo("decode " + FormatStep(st, disk_before));
@@ -206,7 +208,8 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
     ops_per_token[OpFamilyName(static_cast<OpFamily>(f))] = per_token;
     ops_sum += per_token;
   }
-  std::vector<double> secs, compute, expert_b, needed_b, spine_b, proc_b, hits, loads, pf_hits;
+  std::vector<double> secs, compute, expert_b, needed_b, spine_b, proc_b, hits, loads, pf_hits,
+      faults;
   for (size_t i = 1; i < steps.size(); ++i) {  // the first step is not counted
     const StepStats& s = steps[i];
     secs.push_back(s.seconds);
@@ -215,6 +218,7 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
     needed_b.push_back(static_cast<double>(s.delta.expert_bytes_needed));
     spine_b.push_back(static_cast<double>(s.SpineBytes()));
     proc_b.push_back(static_cast<double>(s.proc_read_bytes));
+    faults.push_back(static_cast<double>(s.major_faults));
     hits.push_back(static_cast<double>(s.delta.expert_cache_hits));
     loads.push_back(static_cast<double>(s.delta.expert_loads));
     pf_hits.push_back(static_cast<double>(s.delta.prefetch_hits));
@@ -244,6 +248,13 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
       // page faults on the mapped spine, which the engine cannot tell apart from computing.
       {"io_floor_s", io_floor_s},
       {"io_floor_ratio", io_floor_s > 0 ? s_per_token / io_floor_s : 0.0},
+      // The same floor under the names of the spine-streaming issue: bytes that had to be read
+      // (streamed spine plus expert misses) over the disk bandwidth, and s/token over
+      // max(that, compute).
+      {"read_floor_s", io_floor_s},
+      {"read_floor_ratio", floor_s > 0 ? s_per_token / floor_s : 0.0},
+      {"spine_streamed_bytes_per_token", Mean(spine_b)},
+      {"major_faults_per_token", Mean(faults)},
       {"expert_cache_hit_rate", Mean(loads) > 0 ? Mean(hits) / Mean(loads) : 0.0},
       {"prefetch_hits_per_token", Mean(pf_hits)},
       {"expert_loads_per_token", Mean(loads)},
@@ -252,6 +263,7 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
       {"expert_cache_bytes", info.expert_cache_bytes},
       {"memory_budget", info.memory_budget},
       {"spine_bytes", info.spine_bytes},
+      {"spine_resident_bytes", info.spine_resident ? info.spine_bytes : uint64_t{0}},
       {"spine", info.spine_int8 ? "int8" : "bf16"},
       {"io_threads", options.io_threads},
       {"lookahead", a.model.lookahead},
@@ -326,12 +338,17 @@ void PrintReport(const nlohmann::json& j) {
                           "floor_ratio",
                           "io_floor_s",
                           "io_floor_ratio",
+                          "read_floor_s",
+                          "read_floor_ratio",
                           "disk_gbps",
                           "disk_gbps_before",
                           "disk_gbps_after",
                           "expert_bytes_per_token",
                           "expert_bytes_needed_per_token",
                           "spine_bytes_per_token",
+                          "spine_streamed_bytes_per_token",
+                          "spine_resident_bytes",
+                          "major_faults_per_token",
                           "proc_read_bytes_per_token",
                           "compute_s_per_token",
                           "expert_cache_hit_rate",

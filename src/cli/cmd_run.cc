@@ -100,6 +100,7 @@ class StatsReporter {
   void Begin() {
     before_ = session_.stats();
     io_before_ = ProcReadBytes();
+    faults_before_ = ProcMajorFaults();
     start_ = std::chrono::steady_clock::now();
   }
   void End(const char* kind) {
@@ -107,6 +108,7 @@ class StatsReporter {
     step.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     step.delta = Subtract(session_.stats(), before_);
     step.proc_read_bytes = ProcReadBytes() - io_before_;
+    step.major_faults = ProcMajorFaults() - faults_before_;
     step.position = session_.position() - 1;
     if (print_) LogInfo(std::string(kind) + " " + FormatStep(step, disk_bps_));
     table_.Add(step, std::string(kind) == "decode");
@@ -133,6 +135,7 @@ class StatsReporter {
   nlohmann::json doc_;
   SessionStats before_;
   uint64_t io_before_ = 0;
+  uint64_t faults_before_ = 0;
   std::chrono::steady_clock::time_point start_;
   OpBreakdownTable table_;
 };

@@ -1,5 +1,7 @@
 #include "cli/token_stats.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -7,6 +9,12 @@
 #include <string>
 
 namespace deltafin::cli {
+
+uint64_t ProcMajorFaults() {
+  struct rusage usage {};
+  if (::getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<uint64_t>(usage.ru_majflt);
+}
 
 uint64_t ProcReadBytes() {
   std::ifstream f("/proc/self/io");
@@ -141,6 +149,7 @@ nlohmann::json StepJson(const StepStats& s, double disk_bps) {
           {"expert_bytes_needed", s.delta.expert_bytes_needed},
           {"spine_bytes_read", s.SpineBytes()},
           {"proc_read_bytes", s.proc_read_bytes},
+          {"major_faults", s.major_faults},
           {"expert_loads", s.delta.expert_loads},
           {"expert_cache_hits", s.delta.expert_cache_hits},
           {"prefetch_hits", s.delta.prefetch_hits},

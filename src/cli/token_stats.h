@@ -17,12 +17,15 @@ namespace deltafin::cli {
 // read_bytes of /proc/self/io (bytes this process caused to be fetched from storage); 0 where the
 // file does not exist (macOS) or lacks the field.
 uint64_t ProcReadBytes();
+// Major page faults (faults that waited for a read) of this process so far (getrusage).
+uint64_t ProcMajorFaults();
 
 struct StepStats {
   int64_t position = 0;  // position of the fed token
   double seconds = 0;    // wall time of the step
   SessionStats delta;    // counters of this step alone
   uint64_t proc_read_bytes = 0;
+  uint64_t major_faults = 0;  // page faults of the step that waited for the disk
   // Spine bytes read from disk: what the kernel counted beyond the expert reads (the spine is
   // mapped, so its reads are page faults the engine does not see one by one).
   uint64_t SpineBytes() const {

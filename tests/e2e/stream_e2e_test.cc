@@ -127,9 +127,15 @@ TEST_F(StreamE2e, BenchDecodeUnderARealMemoryCgroup) {
   const auto j = nlohmann::json::parse(in);
   for (const char* key :
        {"scenario", "tokens", "s_per_token", "expert_bytes_per_token", "spine_bytes_per_token",
-        "proc_read_bytes_per_token", "disk_gbps", "floor_s", "floor_ratio"}) {
+        "proc_read_bytes_per_token", "disk_gbps", "floor_s", "floor_ratio", "read_floor_s",
+        "read_floor_ratio", "spine_streamed_bytes_per_token", "spine_resident_bytes",
+        "major_faults_per_token"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
+  // The spine fits in this scenario's budget: all of it is resident.
+  EXPECT_EQ(j["spine_resident_bytes"], j["spine_bytes"]);
+  EXPECT_EQ(j["read_floor_ratio"], j["floor_ratio"]);
+  EXPECT_GE(j["major_faults_per_token"].get<double>(), 0.0);
   EXPECT_EQ(j["scenario"], "stream-spine-resident");
   EXPECT_EQ(j["tokens"], 3);
   EXPECT_GT(j["expert_bytes_per_token"].get<double>(), 0.0);
