@@ -155,11 +155,11 @@ Result<double> ProbeDirectReads(const std::vector<std::string>& files, uint64_t 
 // matrices into chunks of at most 1 MiB; visited in shuffled order, because a shard's matrices
 // are in name order, not layer order) taken in turn by `readers` threads, each doing
 // madvise(MADV_WILLNEED) and touching one byte per missing page. The region is read twice and
-// the second pass is timed: under a memory limit smaller than the region (see
-// ProbeSpinePagesUnderLimit) every page of it then has to evict another, as in decode. Returns
-// the bytes that were missing per second.
+// the second pass is timed (with `cold_single_pass`, once, cold): under a memory limit smaller
+// than the region (see ProbeSpinePagesUnderLimit) every page of it then has to evict another, as
+// in decode. Returns the bytes that were missing per second.
 Result<double> ProbeSpinePages(const std::string& file, uint64_t max_bytes, uint64_t chunk,
-                               int readers, bool drop_between_passes) {
+                               int readers, bool cold_single_pass) {
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::Error("cannot open " + file + " to probe spine reads");
   const auto size = static_cast<uint64_t>(::lseek(fd, 0, SEEK_END));
@@ -221,8 +221,9 @@ Result<double> ProbeSpinePages(const std::string& file, uint64_t max_bytes, uint
     reader();
     for (auto& th : pool) th.join();
   };
-  pass();
-  if (drop_between_passes) ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  // Without a limit the first pass would leave every page cached: then the one timed pass is
+  // the cold one.
+  if (!cold_single_pass) pass();
   const auto t0 = Clock::now();
   pass();
   const double secs = Seconds(t0, Clock::now());
@@ -237,18 +238,23 @@ Result<double> ProbeSpinePages(const std::string& file, uint64_t max_bytes, uint
   return missed / secs;
 }
 
-// ProbeSpinePages in a child process inside a memory cgroup a quarter of the region's size (at
-// least 4 MiB), the conditions of a streamed spine in decode (bench decode runs it under such a
-// limit): each page read must reclaim another, which costs system time the bare read does not.
-// Where no cgroup can be made (not root, no delegation), the timed pass runs in this process
-// after the region's cached pages are dropped, and `*limited` is false.
+// ProbeSpinePages in a child process inside a memory cgroup a quarter of the region's size (when
+// that is at least 32 MiB), the conditions of a streamed spine in decode (bench decode runs it
+// under such a limit): each page read must reclaim another, which costs system time the bare read
+// does not. Where no cgroup can be made (not root, no delegation), the region is smaller than 128
+// MiB or the child fails, the timed pass runs in this process after the region's cached pages are
+// dropped, and `*limited` is false.
 Result<double> ProbeSpinePagesUnderLimit(const std::string& file, uint64_t max_bytes,
                                          uint64_t chunk, int readers, bool* limited) {
   *limited = false;
   std::error_code ec;
   const uint64_t region = std::min<uint64_t>(fs::file_size(file, ec), max_bytes);
   if (ec) return Status::Error("cannot open " + file + " to probe spine reads");
-  auto cg = MemoryCgroup::Create(std::max<uint64_t>(region / 4, 4ull << 20));
+  // Too small a limit would charge the child's own pages against it (and risk the OOM killer);
+  // too small a region could not exceed a sensible limit: measure those cold instead.
+  const uint64_t limit = region / 4;
+  if (limit < (32ull << 20)) return ProbeSpinePages(file, max_bytes, chunk, readers, true);
+  auto cg = MemoryCgroup::Create(limit);
   if (!cg.ok()) return ProbeSpinePages(file, max_bytes, chunk, readers, true);
   int result_pipe[2];
   int go_pipe[2];
@@ -281,8 +287,16 @@ Result<double> ProbeSpinePagesUnderLimit(const std::string& file, uint64_t max_b
   ::close(result_pipe[0]);
   int wstatus = 0;
   ::waitpid(child, &wstatus, 0);
-  if (go != 1) return Status::Error("could not move the spine page probe into its cgroup");
-  if (!got || value <= 0) return Status::Error("the spine page probe failed");
+  if (go != 1 || !got || value <= 0) {
+    std::fprintf(stderr,
+                 "plan: the spine page probe under a %s memory limit failed (%s); measuring it "
+                 "cold instead\n",
+                 HumanBytes(limit).c_str(),
+                 go != 1                ? "could not join the cgroup"
+                 : WIFSIGNALED(wstatus) ? "killed by a signal"
+                                        : "no result");
+    return ProbeSpinePages(file, max_bytes, chunk, readers, true);
+  }
   *limited = true;
   return value;
 }
@@ -628,8 +642,9 @@ int RunPlan(const PlanArgs& a) {
       if (!bps.ok()) return Fail(bps.status());
       if (!limited) {
         std::fprintf(stderr,
-                     "plan: no memory cgroup for the spine page probe (needs root or a delegated "
-                     "cgroup): measured without the reclaim a memory limit adds\n");
+                     "plan: spine page reads measured cold, without the reclaim a memory limit "
+                     "adds (no memory cgroup: needs root or delegation; or a shard under "
+                     "128 MiB)\n");
       }
       m.spine_read_bps = *bps;
     }
