@@ -39,6 +39,7 @@
 #include "cli/memory_cgroup.h"
 #include "cli/plan_model.h"
 #include "io/direct_file.h"
+#include "io/mapped_file.h"
 #include "modelgen/make_model.h"
 
 namespace deltafin::cli {
@@ -192,26 +193,10 @@ Result<double> ProbeSpinePages(const std::string& file, uint64_t max_bytes, uint
   const auto reader = [&] {
     std::vector<unsigned char> vec(chunk / page + 1);
     uint64_t missing = 0;
-    unsigned sink = 0;
     for (size_t c = next.fetch_add(1); c < order.size(); c = next.fetch_add(1)) {
-      uint8_t* p = base + order[c];
-      const uint64_t n = std::min(chunk, bytes - order[c]);
-#if defined(__APPLE__)
-      if (::mincore(p, n, reinterpret_cast<char*>(vec.data())) != 0) continue;
-#else
-      if (::mincore(p, n, vec.data()) != 0) continue;
-#endif
-      size_t absent = 0;
-      for (uint64_t i = 0; i < n / page; ++i) absent += (vec[i] & 1) == 0;
-      if (absent == 0) continue;
-      ::madvise(p, n, MADV_WILLNEED);
-      for (uint64_t i = 0; i < n / page; ++i) {
-        if ((vec[i] & 1) == 0) sink += *reinterpret_cast<const volatile uint8_t*>(p + i * page);
-      }
-      missing += absent;
+      missing += PageInMappedRange(base + order[c], std::min(chunk, bytes - order[c]), vec.data());
     }
     missing_pages.fetch_add(missing);
-    if (sink == 1) std::fputc(' ', stderr);  // keep the reads
   };
   const auto pass = [&] {
     next.store(0);

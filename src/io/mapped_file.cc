@@ -78,4 +78,26 @@ Result<std::string> ReadFileToString(const std::string& path) {
   return ss.str();
 }
 
+size_t PageInMappedRange(const uint8_t* begin, size_t bytes, unsigned char* residency) {
+  const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  void* addr = const_cast<uint8_t*>(begin);
+#if defined(__APPLE__)
+  if (::mincore(addr, bytes, reinterpret_cast<char*>(residency)) != 0) return 0;
+#else
+  if (::mincore(addr, bytes, residency) != 0) return 0;
+#endif
+  const size_t pages = bytes / page;
+  size_t absent = 0;
+  for (size_t p = 0; p < pages; ++p) absent += (residency[p] & 1) == 0;
+  if (absent == 0) return 0;
+  ::madvise(addr, bytes, MADV_WILLNEED);
+  unsigned sink = 0;
+  for (size_t p = 0; p < pages; ++p) {
+    if ((residency[p] & 1) == 0)
+      sink += *reinterpret_cast<const volatile uint8_t*>(begin + p * page);
+  }
+  static_cast<void>(sink);
+  return absent;
+}
+
 }  // namespace deltafin

@@ -38,6 +38,12 @@ class MappedFile {
   std::string path_;
 };
 
+// Brings the missing pages of a page-aligned range of a file mapping into RAM: mincore() finds
+// them, madvise(MADV_WILLNEED) starts readahead over the range, and one byte of each missing page
+// is read, which waits for it. `residency` holds at least bytes / page size entries. Returns
+// the number of pages that were missing (0 for memory that is not a mapping).
+size_t PageInMappedRange(const uint8_t* begin, size_t bytes, unsigned char* residency);
+
 // Reads a whole (small) file into a string: configs, index files, tokenizer files.
 Result<std::string> ReadFileToString(const std::string& path);
 

@@ -86,7 +86,10 @@ void ForwardPass::Emit(int64_t n, int64_t layer, const char* name, const float* 
 }
 
 void ForwardPass::PageInSpine(int64_t group) {
-  if (spine_pages_ == nullptr) return;
+  // The lookahead brings layer L+1 in at the end of layer L; the layer itself then needs no
+  // second pass over its chunks.
+  if (spine_pages_ == nullptr || group == paged_in_group_) return;
+  paged_in_group_ = group;
   timer_.Charge(OpFamily::kOther);
   stats_.spine_bytes_read += spine_pages_->MakeResident(group);
   // The engine now waits for these reads itself, so they are I/O wait, not compute.

@@ -106,6 +106,7 @@ class ForwardPass {
   SessionStats stats_;
   OpTimer timer_;                            // charges stats_.op_seconds during Run()
   std::unique_ptr<SpinePages> spine_pages_;  // null: the spine is resident
+  int64_t paged_in_group_ = -1;              // the group PageInSpine brought in last
 
   std::vector<KdaState> kda_;          // [layers] (only KDA layers initialised)
   std::vector<KdaRollback> rollback_;  // [layers] (KDA layers, when verify rows are reserved)

@@ -1,9 +1,10 @@
 #include "model/spine_pages.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+
+#include "io/mapped_file.h"
 
 namespace deltafin {
 
@@ -73,26 +74,7 @@ void SpinePages::Drain(std::vector<unsigned char>* residency) {
   const std::vector<Chunk>& chunks = *work_;
   uint64_t missing = 0;
   for (size_t c = next_chunk_.fetch_add(1); c < chunks.size(); c = next_chunk_.fetch_add(1)) {
-    const Chunk& r = chunks[c];
-    const size_t pages = r.bytes / page_;
-    void* addr = const_cast<uint8_t*>(r.begin);
-#if defined(__APPLE__)
-    auto* vec = reinterpret_cast<char*>(residency->data());
-#else
-    unsigned char* vec = residency->data();
-#endif
-    if (::mincore(addr, r.bytes, vec) != 0) continue;  // not mapped memory: nothing to bring in
-    size_t absent = 0;
-    for (size_t p = 0; p < pages; ++p) absent += ((*residency)[p] & 1) == 0;
-    if (absent == 0) continue;
-    ::madvise(addr, r.bytes, MADV_WILLNEED);
-    unsigned sink = 0;
-    for (size_t p = 0; p < pages; ++p) {
-      if (((*residency)[p] & 1) == 0)
-        sink += *reinterpret_cast<const volatile uint8_t*>(r.begin + p * page_);
-    }
-    static_cast<void>(sink);
-    missing += absent;
+    missing += PageInMappedRange(chunks[c].begin, chunks[c].bytes, residency->data());
   }
   missing_pages_.fetch_add(missing);
 }
