@@ -44,7 +44,10 @@ struct EngineOptions {
   Experts experts = Experts::kAuto;
   uint64_t expert_cache_bytes = 0;  // streamed experts: RAM cache size; 0 = what the plan leaves
   int io_threads = 8;               // concurrent expert reads (the disk queue depth)
-  bool direct_io = true;            // O_DIRECT / F_NOCACHE expert reads (else buffered)
+  bool direct_io = true;            // O_DIRECT / F_NOCACHE expert and spine reads
+  // A spine that does not fit in RAM: how many layers ahead of the one computing are read
+  // (the ring holds spine_readahead + 1 layers; 0 reads each layer when it is needed).
+  int spine_readahead = 1;
   // Router lookahead: guess the next MoE layer's experts with its router and read them early.
   // kLayerOutput routes the layer's output (the next layer's FFN input as if its attention added
   // nothing); kPostAttention routes this layer's FFN input (issued earlier, guesses worse);
@@ -85,7 +88,11 @@ struct ModelInfo {
   uint64_t expert_cache_bytes = 0;
   uint64_t spine_bytes = 0;
   uint64_t memory_budget = 0;
-  bool spine_resident = true;  // false: re-read from disk layer by layer (it does not fit)
+  bool spine_resident = true;  // false: streamed layer by layer through a ring (it does not fit)
+  uint64_t session_bytes = 0;  // one session's state and working buffers (the plan's)
+  uint64_t spine_pinned_bytes = 0;          // streamed spine: the layers read once and kept
+  uint64_t spine_streamed_bytes = 0;        // streamed spine: bytes read per token
+  int spine_ring_depth = 0;                 // streamed spine: ring slots
   const char* expert_read_mode = "mapped";  // "direct", "buffered" or "mapped"
   bool spine_int8 = false;                  // the spine linears are row-int8 (not weight-exact)
   // The work of one decode step, from the config alone, for `deltafin plan` (docs/PLAN.md).

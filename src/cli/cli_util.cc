@@ -157,6 +157,10 @@ void ModelFlags::Add(CLI::App* cmd) {
                   "Streamed experts: guess the next layer's experts with its router and read them "
                   "early, from the layer output (default), post-attention, both, or off")
       ->check(OneOf({"layer-output", "post-attention", "both", "off"}));
+  cmd->add_option("--spine-readahead", spine_readahead,
+                  "A spine that does not fit in RAM: layers read ahead of the one computing "
+                  "(default 1; 0 reads each layer when it is needed)")
+      ->check(IntRange(0, 15));
   cmd->add_flag("--no-verify-reads", no_verify_reads,
                 "Streamed experts: skip the scale-byte check of every expert read");
   cmd->add_option("--spine", spine,
@@ -208,6 +212,7 @@ Result<EngineOptions> ModelFlags::Options() const {
                       : lookahead == "both"           ? EngineOptions::Lookahead::kBoth
                                                       : EngineOptions::Lookahead::kLayerOutput;
   options.verify_expert_reads = !no_verify_reads;
+  options.spine_readahead = spine_readahead;
   options.spine_int8 = spine == "int8";
   options.max_draft = max_draft;
   return options;

@@ -42,6 +42,7 @@ struct ModelFlags {
   int io_threads = 8;
   std::string io = "direct";
   std::string lookahead = "layer-output";
+  int spine_readahead = 1;
   bool no_verify_reads = false;
   std::string spine = "bf16";  // bf16, or int8: the row-int8 spine (docs/INT8.md)
   bool quiet_plan = false;     // do not print the memory plan at load

@@ -244,8 +244,7 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
       {"compute_s_per_token", compute_s},
       {"floor_s", floor_s},
       {"floor_ratio", floor_s > 0 ? s_per_token / floor_s : 0.0},
-      // The disk term alone. With a streamed spine the compute term includes the time spent in
-      // page faults on the mapped spine, which the engine cannot tell apart from computing.
+      // The disk term alone.
       {"io_floor_s", io_floor_s},
       {"io_floor_ratio", io_floor_s > 0 ? s_per_token / io_floor_s : 0.0},
       // The same floor under the names of the spine-streaming issue: bytes that had to be read
@@ -263,7 +262,8 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
       {"expert_cache_bytes", info.expert_cache_bytes},
       {"memory_budget", info.memory_budget},
       {"spine_bytes", info.spine_bytes},
-      {"spine_resident_bytes", info.spine_resident ? info.spine_bytes : uint64_t{0}},
+      {"spine_resident_bytes", info.spine_resident ? info.spine_bytes : info.spine_pinned_bytes},
+      {"spine_ring_depth", info.spine_ring_depth},
       {"spine", info.spine_int8 ? "int8" : "bf16"},
       {"io_threads", options.io_threads},
       {"lookahead", a.model.lookahead},

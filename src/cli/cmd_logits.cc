@@ -68,6 +68,19 @@ int RunLogits(const LogitsArgs& args) {
   if (!ids.ok()) return Fail(ids.status());
   // Before the model loads: a bad --out path must not cost a whole forward pass.
   if (Status st = CheckOutputPath("--out", args.out); !st.ok()) return Fail(st);
+  // Token ids are checked against the vocabulary before loading, so that a bad id is the one line
+  // of stderr rather than following the memory plan the load prints.
+  if (auto options = args.model.Options(); options.ok()) {
+    if (auto plan = Engine::Plan(*options); plan.ok()) {
+      for (int32_t id : *ids) {
+        if (id < 0 || id >= plan->vocab_size) {
+          return Fail(Status::Error("token id " + std::to_string(id) +
+                                    " is outside the vocabulary [0, " +
+                                    std::to_string(plan->vocab_size) + ")"));
+        }
+      }
+    }
+  }
   auto engine = args.model.LoadEngine();
   if (!engine.ok()) return Fail(engine.status());
   auto session = (*engine)->NewSession();
@@ -100,7 +113,6 @@ void RegisterLogits(CLI::App& app, int* exit_code) {
       "Write the fp32 logits of every position of a token list as raw little-endian float32, "
       "row-major [positions, vocab]");
   args->model.Add(cmd);
-  args->model.quiet_plan = true;  // stdout and stderr stay for the logits and errors
   cmd->add_option("--tokens", args->tokens, "Comma-separated token ids, e.g. 1,2,3")->required();
   cmd->add_option("--out", args->out, "Output file")->required();
   cmd->add_option("--dump", args->dump_dir,

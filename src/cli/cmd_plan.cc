@@ -151,141 +151,6 @@ Result<double> ProbeDirectReads(const std::vector<std::string>& files, uint64_t 
   return bytes / secs;
 }
 
-// Reads `file`'s pages the way a non-resident spine is brought in (model/spine_pages.h):
-// the file's cached pages dropped first, then in chunks of `chunk` bytes (the engine cuts
-// matrices into chunks of at most 1 MiB; visited in shuffled order, because a shard's matrices
-// are in name order, not layer order) taken in turn by `readers` threads, each doing
-// madvise(MADV_WILLNEED) and touching one byte per missing page. The region is read twice and
-// the second pass is timed (with `cold_single_pass`, once, cold): under a memory limit smaller
-// than the region (see ProbeSpinePagesUnderLimit) every page of it then has to evict another, as
-// in decode. Returns the bytes that were missing per second.
-Result<double> ProbeSpinePages(const std::string& file, uint64_t max_bytes, uint64_t chunk,
-                               int readers, bool cold_single_pass) {
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::Error("cannot open " + file + " to probe spine reads");
-  const auto size = static_cast<uint64_t>(::lseek(fd, 0, SEEK_END));
-  const uint64_t bytes = std::min(size, max_bytes) & ~uint64_t{4095};
-  if (bytes < (64u << 10)) {
-    ::close(fd);
-    return Status::Error(file + " is too small to probe spine reads");
-  }
-  ::fdatasync(fd);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-  if (map == MAP_FAILED) {
-    ::close(fd);
-    return Status::Error("cannot map " + file);
-  }
-  auto* base = static_cast<uint8_t*>(map);
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  chunk = std::clamp<uint64_t>(chunk / page * page, page, bytes);
-  std::vector<uint64_t> order;
-  for (uint64_t b = 0; b < bytes; b += chunk) order.push_back(b);
-  uint64_t s = 0x2545F4914F6CDD1Dull;
-  for (size_t i = order.size(); i > 1; --i) {  // Fisher-Yates with a fixed xorshift
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    std::swap(order[i - 1], order[s % i]);
-  }
-  std::atomic<size_t> next{0};
-  std::atomic<uint64_t> missing_pages{0};
-  const auto reader = [&] {
-    std::vector<unsigned char> vec(chunk / page + 1);
-    uint64_t missing = 0;
-    for (size_t c = next.fetch_add(1); c < order.size(); c = next.fetch_add(1)) {
-      missing += PageInMappedRange(base + order[c], std::min(chunk, bytes - order[c]), vec.data());
-    }
-    missing_pages.fetch_add(missing);
-  };
-  const auto pass = [&] {
-    next.store(0);
-    missing_pages.store(0);
-    std::vector<std::thread> pool;
-    for (int t = 1; t < readers; ++t) pool.emplace_back(reader);
-    reader();
-    for (auto& th : pool) th.join();
-  };
-  // Without a limit the first pass would leave every page cached: then the one timed pass is
-  // the cold one.
-  if (!cold_single_pass) pass();
-  const auto t0 = Clock::now();
-  pass();
-  const double secs = Seconds(t0, Clock::now());
-  ::munmap(map, bytes);
-  ::close(fd);
-  const double missed = static_cast<double>(missing_pages.load() * page);
-  if (missed < static_cast<double>(bytes) / 4) {
-    return Status::Error("the spine page probe found its pages still cached (missing " +
-                         HumanBytes(static_cast<uint64_t>(missed)) + " of " + HumanBytes(bytes) +
-                         "): the memory limit did not hold");
-  }
-  return missed / secs;
-}
-
-// ProbeSpinePages in a child process inside a memory cgroup a quarter of the region's size (when
-// that is at least 32 MiB), the conditions of a streamed spine in decode (bench decode runs it
-// under such a limit): each page read must reclaim another, which costs system time the bare read
-// does not. Where no cgroup can be made (not root, no delegation), the region is smaller than 128
-// MiB or the child fails, the timed pass runs in this process after the region's cached pages are
-// dropped, and `*limited` is false.
-Result<double> ProbeSpinePagesUnderLimit(const std::string& file, uint64_t max_bytes,
-                                         uint64_t chunk, int readers, bool* limited) {
-  *limited = false;
-  std::error_code ec;
-  const uint64_t region = std::min<uint64_t>(fs::file_size(file, ec), max_bytes);
-  if (ec) return Status::Error("cannot open " + file + " to probe spine reads");
-  // Too small a limit would charge the child's own pages against it (and risk the OOM killer);
-  // too small a region could not exceed a sensible limit: measure those cold instead.
-  const uint64_t limit = region / 4;
-  if (limit < (32ull << 20)) return ProbeSpinePages(file, max_bytes, chunk, readers, true);
-  auto cg = MemoryCgroup::Create(limit);
-  if (!cg.ok()) return ProbeSpinePages(file, max_bytes, chunk, readers, true);
-  int result_pipe[2];
-  int go_pipe[2];
-  if (::pipe(result_pipe) != 0) return Status::Error("pipe failed");
-  if (::pipe(go_pipe) != 0) {
-    ::close(result_pipe[0]);
-    ::close(result_pipe[1]);
-    return Status::Error("pipe failed");
-  }
-  std::fflush(nullptr);
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::close(result_pipe[0]);
-    ::close(go_pipe[1]);
-    char go = 0;
-    if (::read(go_pipe[0], &go, 1) != 1 || go != 1) ::_exit(3);
-    auto bps = ProbeSpinePages(file, max_bytes, chunk, readers, false);
-    const double value = bps.ok() ? *bps : -1.0;
-    if (!bps.ok()) std::fprintf(stderr, "plan: %s\n", bps.status().message().c_str());
-    const bool sent = ::write(result_pipe[1], &value, sizeof value) == sizeof value;
-    ::_exit(sent ? 0 : 1);
-  }
-  ::close(result_pipe[1]);
-  ::close(go_pipe[0]);
-  char go = cg->AddProcess(child).ok() ? 1 : 0;
-  if (::write(go_pipe[1], &go, 1) != 1) go = 0;
-  ::close(go_pipe[1]);
-  double value = -1.0;
-  const bool got = ::read(result_pipe[0], &value, sizeof value) == sizeof value;
-  ::close(result_pipe[0]);
-  int wstatus = 0;
-  ::waitpid(child, &wstatus, 0);
-  if (go != 1 || !got || value <= 0) {
-    std::fprintf(stderr,
-                 "plan: the spine page probe under a %s memory limit failed (%s); measuring it "
-                 "cold instead\n",
-                 HumanBytes(limit).c_str(),
-                 go != 1                ? "could not join the cgroup"
-                 : WIFSIGNALED(wstatus) ? "killed by a signal"
-                                        : "no result");
-    return ProbeSpinePages(file, max_bytes, chunk, readers, true);
-  }
-  *limited = true;
-  return value;
-}
-
 // A file of `bytes` random bytes in `dir`, written and flushed, its cached pages dropped, for
 // probing a disk without a model. Removed by the TempDir.
 Result<std::string> WriteProbeFile(const std::string& dir, uint64_t bytes, TempDir* holder) {
@@ -318,7 +183,7 @@ Result<std::string> WriteProbeFile(const std::string& dir, uint64_t bytes, TempD
 }
 
 // The expert shards and one spine shard of a model folder, from its index.
-Status ModelShards(const std::string& dir, std::vector<std::string>* experts, std::string* spine) {
+Status ModelShards(const std::string& dir, std::vector<std::string>* experts) {
   std::ifstream in(fs::path(dir) / "model.safetensors.index.json");
   json index = json::parse(in, nullptr, false);
   if (index.is_discarded() || !index.contains("weight_map")) {
@@ -328,11 +193,7 @@ Status ModelShards(const std::string& dir, std::vector<std::string>* experts, st
   for (const auto& [name, file] : index["weight_map"].items()) {
     if (!file.is_string()) continue;
     const std::string path = (fs::path(dir) / file.get<std::string>()).string();
-    if (name.find(".experts.") != std::string::npos) {
-      expert_files.insert(path);
-    } else if (name.find("lm_head") != std::string::npos) {
-      *spine = path;
-    }
+    if (name.find(".experts.") != std::string::npos) expert_files.insert(path);
   }
   std::error_code ec;
   for (const auto& f : expert_files) {
@@ -353,7 +214,6 @@ uint64_t FreeDisk(const std::string& dir) {
 json ProfileJson(const MachineProfile& m) {
   return {{"name", m.name},
           {"expert_read_gbps", m.expert_read_bps / 1e9},
-          {"spine_read_gbps", m.spine_read_bps / 1e9},
           {"memory_gbps", m.memory_bps / 1e9},
           {"bf16_gbps", m.bf16_bps / 1e9},
           {"int8_gbps", m.int8_bps / 1e9},
@@ -379,7 +239,7 @@ Result<MachineProfile> ProfileFromJson(const json& j, const std::string& label) 
   };
   double threads = 0, ram = 0, disk = 0;
   DF_RETURN_IF_ERROR(get("expert_read_gbps", &m.expert_read_bps, 1e9));
-  DF_RETURN_IF_ERROR(get("spine_read_gbps", &m.spine_read_bps, 1e9));
+  // spine_read_gbps (page-cache spine reads) is ignored: a streamed spine now reads directly.
   DF_RETURN_IF_ERROR(get("memory_gbps", &m.memory_bps, 1e9));
   DF_RETURN_IF_ERROR(get("bf16_gbps", &m.bf16_bps, 1e9));
   DF_RETURN_IF_ERROR(get("int8_gbps", &m.int8_bps, 1e9));
@@ -394,8 +254,8 @@ Result<MachineProfile> ProfileFromJson(const json& j, const std::string& label) 
   DF_RETURN_IF_ERROR(get("threads", &threads, 1));
   DF_RETURN_IF_ERROR(get("ram_budget_gib", &ram, 1));
   DF_RETURN_IF_ERROR(get("free_disk_gib", &disk, 1));
-  for (double v : {m.expert_read_bps, m.spine_read_bps, m.memory_bps, m.bf16_bps, m.int8_bps,
-                   m.mxfp4_bps, m.fma_per_s}) {
+  for (double v :
+       {m.expert_read_bps, m.memory_bps, m.bf16_bps, m.int8_bps, m.mxfp4_bps, m.fma_per_s}) {
     if (!(v > 0)) return Status::Error(label + ": bandwidths and rates must be > 0");
   }
   m.threads = std::max(1, static_cast<int>(threads));
@@ -407,15 +267,23 @@ Result<MachineProfile> ProfileFromJson(const json& j, const std::string& label) 
 
 // An Apple M1 Max-like machine (10-core CPU, 64 GB), stated rather than measured; docs/PLAN.md
 // says where each number comes from: SSD 6.6 GB/s with a pool of uncached preads of MBs, cold
-// mmap page faults 0.66 GB/s on one thread and 2.0 GB/s on eight, memory 400 GB/s of which the
+// memory 400 GB/s of which the
 // CPU cores reach about 105 GB/s. The kernel rates are assumptions (this project's NEON kernels
 // have not been timed on an ARM machine): about 0.85 / 0.75 / 0.5 of the CPU's bandwidth.
 json M1MaxProfile() {
-  return {{"name", "m1-max (stated)"},    {"expert_read_gbps", 6.6},  {"spine_read_gbps", 2.0},
-          {"memory_gbps", 105.0},         {"bf16_gbps", 90.0},        {"int8_gbps", 80.0},
-          {"mxfp4_gbps", 50.0},           {"bf16_call_us", 5.0},      {"mxfp4_call_us", 5.0},
-          {"fma_gflops", 400.0},          {"io_cpu_ns_per_kb", 20.0}, {"threads", 8},
-          {"ram_budget_gib", 64.0 * 0.9}, {"free_disk_gib", 2000.0}};
+  return {{"name", "m1-max (stated)"},
+          {"expert_read_gbps", 6.6},
+          {"memory_gbps", 105.0},
+          {"bf16_gbps", 90.0},
+          {"int8_gbps", 80.0},
+          {"mxfp4_gbps", 50.0},
+          {"bf16_call_us", 5.0},
+          {"mxfp4_call_us", 5.0},
+          {"fma_gflops", 400.0},
+          {"io_cpu_ns_per_kb", 20.0},
+          {"threads", 8},
+          {"ram_budget_gib", 64.0 * 0.9},
+          {"free_disk_gib", 2000.0}};
 }
 
 // --- The plan ---------------------------------------------------------------------------------
@@ -461,6 +329,7 @@ ScenarioPlan PlanScenario(const std::string& name, const std::string& spine, Eng
   s.expert_cache_bytes = plan->expert_cache_bytes;
   s.budget = plan->memory_budget;
   s.spine_resident = plan->spine_resident;
+  s.spine_streamed_bytes = plan->spine_streamed_bytes;
   return s;
 }
 
@@ -559,11 +428,10 @@ int RunPlan(const PlanArgs& a) {
     m.fma_per_s = c.fma_per_s;
     m.threads = c.threads;
     std::vector<std::string> expert_files;
-    std::string spine_file;
     TempDir probe_holder;
     std::string disk_dir = a.probe_dir;
     if (!a.model_dir.empty()) {
-      if (Status st = ModelShards(a.model_dir, &expert_files, &spine_file); !st.ok()) {
+      if (Status st = ModelShards(a.model_dir, &expert_files); !st.ok()) {
         return Fail(st);
       }
       if (disk_dir.empty()) disk_dir = a.model_dir;
@@ -577,7 +445,6 @@ int RunPlan(const PlanArgs& a) {
       auto path = WriteProbeFile(disk_dir, size, &probe_holder);
       if (!path.ok()) return Fail(path.status());
       expert_files = {*path};
-      spine_file = *path;
     }
     std::fprintf(stderr, "plan: measuring direct reads of %s spans...\n",
                  HumanBytes(info.expert_bytes).c_str());
@@ -614,24 +481,6 @@ int RunPlan(const PlanArgs& a) {
           },
           a.quick);
       if (!load_status.ok()) return Fail(load_status);
-    }
-    if (!spine_file.empty()) {
-      std::fprintf(stderr, "plan: measuring spine page reads...\n");
-      const uint64_t mean_matrix =
-          info.spine_bytes_per_token /
-          static_cast<uint64_t>(std::max<int64_t>(1, info.spine_products_per_token));
-      bool limited = false;
-      auto bps = ProbeSpinePagesUnderLimit(spine_file, a.quick ? (64ull << 20) : (512ull << 20),
-                                           std::min<uint64_t>(mean_matrix, 1ull << 20),
-                                           a.io_threads, &limited);
-      if (!bps.ok()) return Fail(bps.status());
-      if (!limited) {
-        std::fprintf(stderr,
-                     "plan: spine page reads measured cold, without the reclaim a memory limit "
-                     "adds (no memory cgroup: needs root or delegation; or a shard under "
-                     "128 MiB)\n");
-      }
-      m.spine_read_bps = *bps;
     }
     m.free_disk = FreeDisk(disk_dir);
     std::fprintf(stderr, "plan: measured in %.1f s\n", Seconds(t0, Clock::now()));
@@ -707,13 +556,13 @@ int RunPlan(const PlanArgs& a) {
       HumanBytes(info.expert_bytes).c_str(), HumanBytes(info.spine_bytes).c_str(),
       HumanBytes(info.spine_bytes_per_token).c_str());
   std::printf(
-      "machine: expert reads %.2f GB/s at queue depth %d, spine page reads %.2f GB/s, memory "
+      "machine: direct reads %.2f GB/s at queue depth %d (experts and a streamed spine), memory "
       "%.1f GB/s, kernels BF16 %.1f / int8 %.1f / MXFP4 %.1f GB/s (+%.1f / %.1f us a call), %d "
       "threads, RAM budget %s%s, free disk %s\n",
-      m.expert_read_bps / 1e9, a.io_threads, m.spine_read_bps / 1e9, m.memory_bps / 1e9,
-      m.bf16_bps / 1e9, m.int8_bps / 1e9, m.mxfp4_bps / 1e9, m.bf16_call_s * 1e6,
-      m.mxfp4_call_s * 1e6, m.threads, HumanBytes(machine_budget).c_str(),
-      mem_limit > 0 ? " (--mem-limit)" : "", HumanBytes(m.free_disk).c_str());
+      m.expert_read_bps / 1e9, a.io_threads, m.memory_bps / 1e9, m.bf16_bps / 1e9, m.int8_bps / 1e9,
+      m.mxfp4_bps / 1e9, m.bf16_call_s * 1e6, m.mxfp4_call_s * 1e6, m.threads,
+      HumanBytes(machine_budget).c_str(), mem_limit > 0 ? " (--mem-limit)" : "",
+      HumanBytes(m.free_disk).c_str());
   if (m.compute_slowdown_reading > 0) {
     std::printf(
         "kernels run %.2fx slower while the expert readers run (applied to the part of a "
@@ -795,7 +644,6 @@ int RunPlan(const PlanArgs& a) {
     }
     MachineProfile fast = m;
     fast.expert_read_bps *= 2;
-    fast.spine_read_bps *= 2;
     EngineOptions o = options;
     o.spine_int8 = best->p.spine == "int8";
     o.mem_limit = 1ull << 50;

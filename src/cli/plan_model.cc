@@ -95,11 +95,9 @@ Prediction PredictScenario(const MachineProfile& m, const ModelWorkload& w, cons
   r.compute_s = compute;
   double spine_read = 0;
   if (!p.spine_resident) {
-    // Re-read every token: the page cache left over is smaller than the spine, and an LRU cache
-    // under a cyclic scan larger than itself keeps nothing the next token uses. The reads happen
-    // before each layer, so they add to the step rather than overlap it.
-    spine_read = D(w.spine_bytes_per_token);
-    r.spine_disk_s = Div(spine_read, m.spine_read_bps);
+    // The streamed groups are read once a token, directly, ahead of the layers that use them.
+    spine_read = D(p.spine_streamed_bytes);
+    r.spine_disk_s = Div(spine_read, m.expert_read_bps);
   }
   // Overlap, layer by layer: the layer-output lookahead issues layer L+1's guessed reads when
   // layer L ends, so they run behind L+1's attention, router, shared experts and latent
@@ -112,7 +110,12 @@ Prediction PredictScenario(const MachineProfile& m, const ModelWorkload& w, cons
   const double guessed = a.lookahead_recall * r.expert_disk_s;
   r.exposed_io_s = std::max(0.0, guessed - window) +
                    (1 - a.lookahead_recall) * a.demand_exposed * r.expert_disk_s;
-  r.s_per_token = r.spine_disk_s + compute + r.exposed_io_s;
+  r.s_per_token = compute + r.exposed_io_s;
+  if (!p.spine_resident) {
+    // Spine and expert reads share the disk and run behind compute (the ring reads ahead, the
+    // lookahead guesses): the step takes the longer of the two.
+    r.s_per_token = std::max(r.s_per_token, r.spine_disk_s + r.expert_disk_s);
+  }
   r.bytes_read = static_cast<uint64_t>(read + spine_read);
   r.bound = r.spine_disk_s + r.expert_disk_s > compute ? "disk" : "compute";
   return r;
@@ -147,7 +150,7 @@ Prediction PredictSpeculative(const MachineProfile& m, const ModelWorkload& w,
   r.s_per_token = verify / tokens;
   // Bytes per token: the spine re-read once per pass, the experts' union per pass.
   const double expert_read = base.expert_disk_s > 0 ? union_disk * m.expert_read_bps : 0;
-  const double spine_read = base.spine_disk_s * m.spine_read_bps;
+  const double spine_read = base.spine_disk_s * m.expert_read_bps;
   r.bytes_read = static_cast<uint64_t>((expert_read + spine_read) / tokens);
   r.compute_s = (spine_c + other_c + n * row_fma + n * expert_c) / tokens;
   r.expert_disk_s = union_disk / tokens;

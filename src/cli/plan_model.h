@@ -5,8 +5,9 @@
 // No I/O and no timing here, so the numbers follow from the inputs alone and a unit test can check
 // them (tests/unit/plan_model_test.cc). `deltafin plan` (cmd_plan.cc) measures the profile, asks
 // Engine::Plan for each scenario's memory plan, and prints what this computes. It models what the
-// engine does today: a spine that does not fit is re-read from disk through the page cache every
-// token (an LRU page cache smaller than a cyclic scan keeps nothing), experts stream through an
+// engine does today: a spine that does not fit pins what the memory plan allows and streams the
+// rest every token with direct reads that run ahead of the layers, sharing the disk with the
+// expert reads (model/spine_ring.h); experts stream through an
 // LRU cache that flat routing hits about as often as its share of all experts, and the router
 // lookahead hides most of the expert reads behind compute.
 #pragma once
@@ -19,9 +20,10 @@ namespace deltafin::cli {
 
 // What the machine does, measured by `plan` or stated by a profile file. Rates in bytes/s.
 struct MachineProfile {
-  std::string name;              // "measured", "m1-max", or the profile file
-  double expert_read_bps = 0;    // direct reads of expert-size spans at the engine's queue depth
-  double spine_read_bps = 0;     // spine pages brought in through the page cache (readahead)
+  std::string name;  // "measured", "m1-max", or the profile file
+  // Direct reads of expert-size spans at the engine's queue depth: the routed experts' rate, and
+  // a streamed spine's (model/spine_ring.h reads it the same way, in 1 MiB chunks).
+  double expert_read_bps = 0;
   double memory_bps = 0;         // plain read stream, all threads
   double bf16_bps = 0;           // BF16 matrix-vector weight bytes/s, weights cold, all threads
   double int8_bps = 0;           // row-int8 matrix-vector
@@ -64,6 +66,7 @@ struct ScenarioPlan {
   bool fits = true;   // false: the plan refuses this budget (see note)
   bool experts_streamed = false;
   bool spine_resident = true;
+  uint64_t spine_streamed_bytes = 0;  // a streamed spine: read per token (the rest is pinned)
   uint64_t expert_cache_bytes = 0;
   uint64_t budget = 0;  // the engine's memory budget for this scenario
   std::string note;     // why it does not fit, or what the scenario is
@@ -91,7 +94,7 @@ struct Prediction {
   double s_per_token = 0;
   double compute_s = 0;      // kernel time incl. streaming overheads
   double expert_disk_s = 0;  // expert bytes needed / expert read bandwidth
-  double spine_disk_s = 0;   // spine re-read through the page cache
+  double spine_disk_s = 0;   // streamed spine bytes / direct read bandwidth
   double exposed_io_s = 0;   // expert I/O the lookahead does not hide
   uint64_t bytes_read = 0;   // per token from disk (experts incl. wasted guesses + spine)
   uint64_t expert_bytes_needed = 0;

@@ -93,14 +93,60 @@ Result<MemoryPlan> PlanMemory(const MemoryNeeds& needs, const MemoryBudget& budg
   const uint64_t streaming_min = needs.session_bytes + needs.min_expert_cache;
   const uint64_t resident_min = streaming_min + needs.spine_bytes;
   plan.spine_resident = resident_min <= b;
-  const uint64_t spine_share =
-      plan.spine_resident ? needs.spine_bytes : 2 * needs.largest_layer_spine;
+  uint64_t spine_share = needs.spine_bytes;
+  if (!plan.spine_resident) {
+    // Ring slots hold the largest group plus the alignment and small tensors read along.
+    auto slot_for = [](uint64_t group) { return group + group / 64 + (256ull << 10); };
+    uint64_t largest = 0;
+    for (uint64_t g : needs.spine_groups) largest = std::max(largest, g);
+    const int depth = std::clamp(needs.spine_ring_depth, 1, 16);
+    const uint64_t ring = static_cast<uint64_t>(depth) * slot_for(largest);
+    const uint64_t floor = streaming_min + ring;
+    if (floor > b) {
+      return too_small("streaming the spine through a ring of " + std::to_string(depth) +
+                           " layer buffers of " + HumanBytes(slot_for(largest)),
+                       floor);
+    }
+    // Pin the biggest groups first: every pinned byte is a byte not read again each token,
+    // whichever layer it belongs to, and big groups use the budget with the fewest leftovers.
+    std::vector<size_t> order(needs.spine_groups.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+      return needs.spine_groups[x] > needs.spine_groups[y];
+    });
+    // The ring's slots only need to hold the largest group that still streams, so pinning the
+    // biggest groups also shrinks the ring: account for that at each step.
+    const uint64_t d = static_cast<uint64_t>(depth);
+    uint64_t pinned_share = 0;
+    int64_t largest_skipped = -1;  // the first group that did not fit streams, and sizes slots
+    plan.spine_pinned.assign(order.size(), false);
+    for (size_t k = 0; k < order.size(); ++k) {
+      const uint64_t g = needs.spine_groups[order[k]];
+      const uint64_t next_largest = largest_skipped >= 0   ? static_cast<uint64_t>(largest_skipped)
+                                    : k + 1 < order.size() ? needs.spine_groups[order[k + 1]]
+                                                           : 0;
+      const uint64_t ring_after = next_largest > 0 ? d * slot_for(next_largest) : 0;
+      if (streaming_min + pinned_share + slot_for(g) + ring_after <= b) {
+        plan.spine_pinned[order[k]] = true;
+        plan.spine_pinned_bytes += g;
+        pinned_share += slot_for(g);
+      } else if (largest_skipped < 0) {
+        largest_skipped = static_cast<int64_t>(g);
+      }
+    }
+    uint64_t streamed_largest = 0;
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (plan.spine_pinned[i]) continue;
+      streamed_largest = std::max(streamed_largest, needs.spine_groups[i]);
+      plan.spine_streamed_bytes += needs.spine_groups[i];
+    }
+    plan.spine_ring_depth = depth;
+    plan.spine_ring_slot_bytes = streamed_largest > 0 ? slot_for(streamed_largest) : 0;
+    spine_share = pinned_share + d * plan.spine_ring_slot_bytes;
+  }
   const uint64_t floor = streaming_min + spine_share;
-  if (floor > b) return too_small("streaming experts with the spine read layer by layer", floor);
+  if (floor > b) return too_small("streaming experts with the spine resident", floor);
   uint64_t cache = b - needs.session_bytes - spine_share;
-  // A streamed spine is re-read through the page cache, which needs the memory more than an
-  // expert cache does (K3's flat routing gives an expert cache few hits): give it three quarters.
-  if (!plan.spine_resident) cache = std::max(needs.min_expert_cache, cache / 4);
   cache = std::min(cache, needs.all_expert_bytes + needs.min_expert_cache);
   if (cache_request > 0) {
     if (cache_request < needs.min_expert_cache) {
@@ -123,10 +169,19 @@ std::string MemoryPlan::Describe() const {
   o << "memory plan: budget " << HumanBytes(budget.bytes) << " (" << budget.source << ")\n";
   o << "  session state and buffers: " << HumanBytes(needs.session_bytes) << "\n";
   o << "  spine: " << HumanBytes(needs.spine_bytes)
-    << (spine_resident ? ", resident (mapped)"
-                       : ", does not fit: mapped and re-read through the page cache layer by "
-                         "layer")
-    << "\n";
+    << (spine_resident ? ", resident (mapped)" : ", does not fit") << "\n";
+  if (!spine_resident) {
+    int pinned_layers = 0;
+    for (size_t i = 0; i + 1 < spine_pinned.size(); ++i) pinned_layers += spine_pinned[i] ? 1 : 0;
+    const bool lm_head = !spine_pinned.empty() && spine_pinned.back();
+    o << "  spine pinned: " << pinned_layers << " of " << spine_pinned.size() - 1 << " layers"
+      << (lm_head ? " and the lm_head" : "") << ", " << HumanBytes(spine_pinned_bytes) << "\n";
+    o << "  spine streamed: " << HumanBytes(spine_streamed_bytes)
+      << " per token, direct reads into a ring of " << spine_ring_depth << " buffers of "
+      << HumanBytes(spine_ring_slot_bytes)
+      << (spine_ring_depth > 1 ? " (layers ahead read while one computes)" : " (no read-ahead)")
+      << "\n";
+  }
   if (experts_streamed) {
     o << "  routed experts: " << HumanBytes(needs.all_expert_bytes)
       << " on disk, streamed through a RAM cache of " << HumanBytes(expert_cache_bytes);

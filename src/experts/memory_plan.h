@@ -5,12 +5,16 @@
 // binary, the allocator and the kernel. Out of it come, in this order: the session (recurrent
 // state, latent cache, working buffers), the spine (resident when it fits), and the routed
 // experts: all of them mapped when everything fits, else a RAM cache of what is left, read from
-// disk. A budget that cannot hold the session plus the smallest expert cache is refused at
-// startup with the numbers.
+// disk. A spine that does not fit streams through a ring of layer buffers; what the budget
+// leaves after the session, the smallest expert cache and the ring pins spine layers (RAM given
+// to the spine saves a read every token; an expert cache under K3's flat routing saves few), and
+// the rest goes to the expert cache. A budget that cannot hold the session plus the smallest
+// expert cache (and, streaming the spine, the ring) is refused at startup with the numbers.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/byte_size.h"
 #include "base/status.h"
@@ -23,6 +27,10 @@ struct MemoryNeeds {
   uint64_t session_bytes = 0;        // one session's state and working buffers
   uint64_t min_expert_cache = 0;     // the smallest cache streaming works with
   uint64_t largest_layer_spine = 0;  // the biggest layer's spine tensors (streamed spine)
+  // A streamed spine's groups (model/spine_ring.h): each decoder layer's spine tensors, then the
+  // lm_head; and the ring depth asked for (--spine-readahead).
+  std::vector<uint64_t> spine_groups;
+  int spine_ring_depth = 2;
 };
 
 // Where the budget came from, e.g. "cgroup v1 limit", "physical memory", "--mem-limit".
@@ -43,6 +51,13 @@ struct MemoryPlan {
   bool experts_streamed = false;
   bool spine_resident = true;
   uint64_t expert_cache_bytes = 0;  // streamed experts only
+  // A streamed spine: the groups read once and kept (index as needs.spine_groups), their bytes,
+  // and the ring the others stream through: depth slots of the largest streamed group.
+  std::vector<bool> spine_pinned;
+  uint64_t spine_pinned_bytes = 0;
+  uint64_t spine_streamed_bytes = 0;  // per token
+  int spine_ring_depth = 0;
+  uint64_t spine_ring_slot_bytes = 0;
   // One line per decision, for the startup log.
   std::string Describe() const;
 };

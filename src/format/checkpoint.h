@@ -41,6 +41,8 @@ class Checkpoint {
   TensorView View(const TensorRecord& record) const;
   // Every tensor name, for validation passes that look for unexpected tensors.
   std::vector<std::string> Names() const;
+  // The mapped shards, in shard_paths() order (where a tensor's bytes sit in which file).
+  const std::vector<MappedFile>& shards() const { return shards_; }
   // MappedFile::AdviseRandomAccess on every shard.
   void AdviseRandomAccess() const;
 

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <utility>
 
+#include "base/byte_size.h"
 #include "base/thread_pool.h"
 #include "experts/expert_streamer.h"
 #include "experts/memory_plan.h"
@@ -14,6 +15,7 @@
 #include "model/forward.h"
 #include "model/spine_int8.h"
 #include "model/spine_pages.h"
+#include "model/spine_ring.h"
 #include "model/tensor_roster.h"
 #include "model/weights.h"
 
@@ -26,7 +28,9 @@ struct Engine::Impl {
   // Streamed experts: one cache for all sessions, which therefore run one at a time.
   std::unique_ptr<ExpertStreamer> streamer;
   std::mutex stream_mutex;
-  bool spine_resident = true;  // the memory plan's: false pages each layer in (SpinePages)
+  // A spine that does not fit: one ring for all sessions (they run one at a time, under
+  // stream_mutex, since a streamed spine implies streamed experts).
+  std::unique_ptr<SpineRing> spine_ring;
 };
 
 struct Session::Impl {
@@ -113,7 +117,14 @@ Result<MemoryPlan> PlanFor(const EngineOptions& o, const ModelConfig& c, int64_t
     const uint64_t layer = SpecBytes(LayerTensorSpecs(c, l), o.spine_int8);
     needs.spine_bytes += layer;
     needs.largest_layer_spine = std::max(needs.largest_layer_spine, layer);
+    needs.spine_groups.push_back(layer);
   }
+  for (const TensorSpec& spec : GlobalTensorSpecs(c)) {
+    if (spec.name.find("lm_head") != std::string::npos) {
+      needs.spine_groups.push_back(TensorBytes(spec, o.spine_int8));
+    }
+  }
+  needs.spine_ring_depth = o.spine_readahead + 1;
   needs.all_expert_bytes = c.ExpertBytes() * static_cast<uint64_t>(c.num_experts) *
                            static_cast<uint64_t>(c.num_moe_layers());
   needs.session_bytes = SessionBytes(c, chunk, capacity, VerifyRows(o), RollbackMode(o));
@@ -148,6 +159,9 @@ struct LoadPlan {
 Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c) {
   if (options.prefill_chunk < 1) return Status::Error("prefill chunk must be >= 1");
   if (options.threads < 0) return Status::Error("threads must be >= 0");
+  if (options.spine_readahead < 0 || options.spine_readahead > 15) {
+    return Status::Error("spine readahead must be in [0, 15] layers");
+  }
   if (options.max_draft < 0 || options.max_draft > 64) {
     return Status::Error("max draft must be in [0, 64]");
   }
@@ -182,6 +196,10 @@ Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c
   info.spine_bytes = p.memory.needs.spine_bytes;
   info.memory_budget = p.memory.budget.bytes;
   info.spine_resident = p.memory.spine_resident;
+  info.session_bytes = p.memory.needs.session_bytes;
+  info.spine_pinned_bytes = p.memory.spine_pinned_bytes;
+  info.spine_streamed_bytes = p.memory.spine_streamed_bytes;
+  info.spine_ring_depth = p.memory.spine_ring_depth;
   info.expert_read_mode =
       p.memory.experts_streamed ? (options.direct_io ? "direct" : "buffered") : "mapped";
   // Decode workload: every 2-D spine matrix is one kernel call per step (Linear), except the
@@ -280,7 +298,24 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
                         ExpertStreamer::Create(*impl->weights, so, std::move(reader)));
     plan.info.expert_read_mode = impl->streamer->read_mode();
   }
-  impl->spine_resident = plan.memory.spine_resident;
+  if (!plan.memory.spine_resident) {
+    SpineRingOptions ro;
+    ro.depth = plan.memory.spine_ring_depth;
+    ro.readers = options.io_threads;
+    ro.read_mode = options.direct_io ? ReadMode::kDirect : ReadMode::kBuffered;
+    ro.pinned = plan.memory.spine_pinned;
+    DF_ASSIGN_OR_RETURN(impl->spine_ring, SpineRing::Create(*impl->weights, ro));
+    // The ring's actual slots include alignment and the small tensors between matrices; the
+    // plan allowed for both. More would mean the plan under-counted: say so rather than exceed.
+    if (impl->spine_ring->slot_bytes() > plan.memory.spine_ring_slot_bytes) {
+      return Status::Error("internal: spine ring slot of " +
+                           HumanBytes(impl->spine_ring->slot_bytes()) + " exceeds the planned " +
+                           HumanBytes(plan.memory.spine_ring_slot_bytes));
+    }
+    plan.info.spine_pinned_bytes = impl->spine_ring->pinned_bytes();
+    plan.info.spine_streamed_bytes = impl->spine_ring->streamed_bytes_per_pass();
+    plan.info.memory_plan += "\n  " + impl->spine_ring->Describe();
+  }
   impl->info = std::move(plan.info);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -299,7 +334,7 @@ std::unique_ptr<Session> Engine::NewSession() const {
       std::make_unique<Session::Impl>(*impl_->weights, chunk, impl_->info.context_capacity,
                                       VerifyRows(impl_->options), RollbackMode(impl_->options));
   impl->forward.SetExpertFetcher(impl_->options.expert_fetcher.get());
-  impl->forward.SetSpineNotResident(!impl_->spine_resident, impl_->options.io_threads);
+  impl->forward.SetSpineRing(impl_->spine_ring.get());
   if (impl_->streamer) {
     impl->forward.SetExpertStreamer(impl_->streamer.get(), impl_->options.lookahead);
     impl->stream_mutex = &impl_->stream_mutex;

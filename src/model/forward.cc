@@ -85,15 +85,19 @@ void ForwardPass::Emit(int64_t n, int64_t layer, const char* name, const float* 
   }
 }
 
-void ForwardPass::PageInSpine(int64_t group) {
-  // The lookahead brings layer L+1 in at the end of layer L; the layer itself then needs no
-  // second pass over its chunks.
-  if (spine_pages_ == nullptr || group == paged_in_group_) return;
-  paged_in_group_ = group;
+Status ForwardPass::AcquireSpine(int64_t group) {
+  // The lookahead takes layer L+1 at the end of layer L; the layer itself then needs no second
+  // call.
+  if (spine_ring_ == nullptr || group == acquired_group_) return Status::Ok();
+  acquired_group_ = group;
   timer_.Charge(OpFamily::kOther);
-  stats_.spine_bytes_read += spine_pages_->MakeResident(group);
-  // The engine now waits for these reads itself, so they are I/O wait, not compute.
+  uint64_t bytes = 0;
+  Status st = spine_ring_->Acquire(group, &bytes);
+  if (!st.ok()) acquired_group_ = -1;
+  stats_.spine_bytes_read += bytes;
+  // The engine waits for these reads itself, so they are I/O wait, not compute.
   stats_.io_wait_seconds += timer_.Charge(OpFamily::kSpineIoWait);
+  return st;
 }
 
 void ForwardPass::Tail(int64_t t, int64_t n_anchors, float* logits) {
@@ -105,7 +109,7 @@ void ForwardPass::Tail(int64_t t, int64_t n_anchors, float* logits) {
   timer_.Charge(OpFamily::kLmHead);
   if (observer_) observer_->OnActivation(position_ + t, -1, "final_hidden", tail_.span());
   timer_.Charge(OpFamily::kOther);
-  Linear(w_.lm_head, tail_.data(), 1, logits);
+  Linear(spine_ring_ != nullptr ? spine_ring_->lm_head() : w_.lm_head, tail_.data(), 1, logits);
   timer_.Charge(OpFamily::kLmHead);
 }
 
@@ -136,9 +140,10 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
   timer_.Charge(OpFamily::kEmbedding);
 
   int64_t n_anchors = 0;
+  acquired_group_ = -1;  // another session may have used the ring since this one's last pass
   for (int64_t i = 0; i < c_.num_hidden_layers; ++i) {
-    const LayerWeights& lw = w_.layers[static_cast<size_t>(i)];
-    PageInSpine(i);
+    DF_RETURN_IF_ERROR(AcquireSpine(i));
+    const LayerWeights& lw = Layer(i);
     // 1. Attention input: the bare partial before any anchor exists (layer 0), else the mix.
     const float* attn_in = partial_.data();
     if (n_anchors > 0) {
@@ -190,13 +195,18 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
       const bool next_is_moe =
           i + 1 < c_.num_hidden_layers && w_.layers[static_cast<size_t>(i + 1)].is_moe;
       const bool early = lookahead_ == Lookahead::kPostAttention || lookahead_ == Lookahead::kBoth;
-      const ExpertAccess access{
-          &w_.expert_layout,
-          expert_fetcher_,
-          expert_streamer_,
-          early && next_is_moe ? &w_.layers[static_cast<size_t>(i + 1)].moe : nullptr,
-          &stats_,
-          &timer_};
+      // A streamed spine guesses only with a next router already in RAM: waiting for its read
+      // here would stall this layer on the next one's spine.
+      const MoeWeights* next = nullptr;
+      if (early && next_is_moe) {
+        if (spine_ring_ == nullptr) {
+          next = &w_.layers[static_cast<size_t>(i + 1)].moe;
+        } else if (const LayerWeights* ready = spine_ring_->ReadyLayer(i + 1)) {
+          next = &ready->moe;
+        }
+      }
+      const ExpertAccess access{&w_.expert_layout, expert_fetcher_, expert_streamer_, next,
+                                &stats_,           &timer_};
       DF_RETURN_IF_ERROR(
           MoeForward(c_, lw.moe, i, access, normed_.data(), n, &ffn_scratch_, sublayer_.data()));
       if (observer_) {
@@ -224,10 +234,9 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
     const bool late = lookahead_ == Lookahead::kLayerOutput || lookahead_ == Lookahead::kBoth;
     if (expert_streamer_ != nullptr && late && i + 1 < c_.num_hidden_layers &&
         w_.layers[static_cast<size_t>(i + 1)].is_moe) {
-      const LayerWeights& next = w_.layers[static_cast<size_t>(i + 1)];
-      // The guess runs the next layer's router, so a streamed spine brings that layer in now,
-      // in one readahead over its matrices, instead of one page fault at a time in the router.
-      PageInSpine(i + 1);
+      // The guess runs the next layer's router, so a streamed spine takes that layer now.
+      DF_RETURN_IF_ERROR(AcquireSpine(i + 1));
+      const LayerWeights& next = Layer(i + 1);
       Mix(next.mlp_res_query, n, n_anchors, mixed_.data());
       for (int64_t t = 0; t < n; ++t) {
         RmsNorm(mixed_.data() + t * h, next.post_attn_norm.data(), h, c_.rms_norm_eps,
@@ -240,7 +249,7 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
     }
   }
 
-  PageInSpine(spine_pages_ ? spine_pages_->tail_group() : 0);
+  if (spine_ring_ != nullptr) DF_RETURN_IF_ERROR(AcquireSpine(spine_ring_->tail_group()));
   if (all_positions) {
     for (int64_t t = 0; t < n; ++t) Tail(t, n_anchors, logits + t * c_.vocab_size);
   } else {

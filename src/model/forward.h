@@ -19,7 +19,7 @@
 #include "model/mla.h"
 #include "model/moe.h"
 #include "model/op_timer.h"
-#include "model/spine_pages.h"
+#include "model/spine_ring.h"
 #include "model/weights.h"
 
 namespace deltafin {
@@ -69,11 +69,10 @@ class ForwardPass {
     expert_streamer_ = streamer;
     lookahead_ = lookahead;
   }
-  // A spine that does not fit in RAM: bring each layer's matrices in before it runs, with
-  // `readers` threads, timed as spine I/O wait (model/spine_pages.h).
-  void SetSpineNotResident(bool not_resident, int readers) {
-    spine_pages_ = not_resident ? std::make_unique<SpinePages>(w_, readers) : nullptr;
-  }
+  // A spine that does not fit in RAM (not owned; null = resident): each layer's matrices are
+  // taken from the ring before the layer runs, waiting for its reads as spine I/O wait
+  // (model/spine_ring.h). One ring serves every session of an engine, one pass at a time.
+  void SetSpineRing(SpineRing* ring) { spine_ring_ = ring; }
   const SessionStats& stats() const { return stats_; }
   void ResetStats() { stats_ = SessionStats{}; }
 
@@ -91,7 +90,11 @@ class ForwardPass {
   void Mix(const AlignedBuffer<float>& query, int64_t n, int64_t n_anchors, float* out);
   void Emit(int64_t n, int64_t layer, const char* name, const float* values, int64_t width);
   void Tail(int64_t t, int64_t n_anchors, float* logits);
-  void PageInSpine(int64_t group);
+  Status AcquireSpine(int64_t group);
+  // The layer's weights as this pass computes on them: the ring's copy when the spine streams.
+  const LayerWeights& Layer(int64_t i) const {
+    return spine_ring_ != nullptr ? spine_ring_->layer(i) : w_.layers[static_cast<size_t>(i)];
+  }
 
   const ModelWeights& w_;
   const ModelConfig& c_;
@@ -104,9 +107,9 @@ class ForwardPass {
   ExpertStreamer* expert_streamer_ = nullptr;
   Lookahead lookahead_ = Lookahead::kOff;
   SessionStats stats_;
-  OpTimer timer_;                            // charges stats_.op_seconds during Run()
-  std::unique_ptr<SpinePages> spine_pages_;  // null: the spine is resident
-  int64_t paged_in_group_ = -1;              // the group PageInSpine brought in last
+  OpTimer timer_;                    // charges stats_.op_seconds during Run()
+  SpineRing* spine_ring_ = nullptr;  // null: the spine is resident
+  int64_t acquired_group_ = -1;      // the group AcquireSpine took last in this pass
 
   std::vector<KdaState> kda_;          // [layers] (only KDA layers initialised)
   std::vector<KdaRollback> rollback_;  // [layers] (KDA layers, when verify rows are reserved)

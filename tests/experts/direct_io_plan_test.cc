@@ -2,6 +2,7 @@
 // (placement decisions, cache sizing, refusals with numbers, size parsing).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -71,6 +72,7 @@ MemoryNeeds Needs() {
   n.session_bytes = 100 << 20;
   n.min_expert_cache = 10 << 20;
   n.largest_layer_spine = 20 << 20;
+  n.spine_groups.assign(50, 20 << 20);  // 49 layers and the lm_head
   return n;
 }
 
@@ -90,12 +92,35 @@ TEST(MemoryPlan, SpineResidentStreamsExpertsWithTheRestAsCache) {
   EXPECT_LE(p->needs.session_bytes + p->needs.spine_bytes + p->expert_cache_bytes, 2000ull << 20);
 }
 
-TEST(MemoryPlan, SmallBudgetStreamsTheSpineAndLeavesItThePageCache) {
+// A ring slot: the group plus 1/64 and 256 KiB for alignment and small tensors.
+constexpr uint64_t kSlot = (20ull << 20) + (20ull << 20) / 64 + (256ull << 10);
+
+TEST(MemoryPlan, SmallBudgetStreamsTheSpineAndPinsWhatFits) {
   auto p = PlanMemory(Needs(), {500ull << 20, "test"}, ExpertPlacement::kAuto, 0);
-  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(p.ok()) << p.status().message();
   EXPECT_TRUE(p->experts_streamed);
   EXPECT_FALSE(p->spine_resident);
-  EXPECT_EQ(p->expert_cache_bytes, ((500ull - 100 - 40) << 20) / 4);
+  EXPECT_EQ(p->spine_ring_depth, 2);
+  EXPECT_EQ(p->spine_ring_slot_bytes, kSlot);
+  // After session, smallest cache and ring: (500 MiB - 110 MiB - 2 slots) / slot groups pinned.
+  const uint64_t pinned = ((500ull << 20) - (110ull << 20) - 2 * kSlot) / kSlot;
+  EXPECT_EQ(pinned, 16u);
+  EXPECT_EQ(p->spine_pinned_bytes, pinned * (20ull << 20));
+  EXPECT_EQ(p->spine_streamed_bytes, (50 - pinned) * (20ull << 20));
+  EXPECT_EQ(std::count(p->spine_pinned.begin(), p->spine_pinned.end(), true), 16);
+  // The leftover goes to the expert cache, and nothing exceeds the budget.
+  EXPECT_EQ(p->expert_cache_bytes, (500ull << 20) - (100ull << 20) - (pinned + 2) * kSlot);
+  EXPECT_GE(p->expert_cache_bytes, p->needs.min_expert_cache);
+  EXPECT_NE(p->Describe().find("16 of 49 layers, 320.00 MiB"), std::string::npos) << p->Describe();
+}
+
+TEST(MemoryPlan, DeeperRingPinsLess) {
+  MemoryNeeds n = Needs();
+  n.spine_ring_depth = 4;
+  auto p = PlanMemory(n, {500ull << 20, "test"}, ExpertPlacement::kAuto, 0);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->spine_ring_depth, 4);
+  EXPECT_EQ(p->spine_pinned_bytes, 14 * (20ull << 20));
 }
 
 TEST(MemoryPlan, TooSmallIsRefusedWithTheNumbers) {
@@ -104,7 +129,7 @@ TEST(MemoryPlan, TooSmallIsRefusedWithTheNumbers) {
   const std::string& m = p.status().message();
   EXPECT_NE(m.find("120.00 MiB"), std::string::npos) << m;
   EXPECT_NE(m.find("--mem-limit"), std::string::npos) << m;
-  EXPECT_NE(m.find("150.00 MiB"), std::string::npos) << m;  // 100 + 10 + 2 x 20
+  EXPECT_NE(m.find("ring of 2 layer buffers"), std::string::npos) << m;
 }
 
 TEST(MemoryPlan, ExplicitCacheAndPlacement) {

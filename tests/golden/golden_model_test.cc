@@ -7,12 +7,19 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 
 #include "deltafin/engine.h"
 #include "experts/expert_streamer.h"
 #include "golden/golden_data.h"
+#include "model/forward.h"
+#include "model/spine_ring.h"
+#include "model/weights.h"
+#include "unit/test_files.h"
 
 namespace deltafin::testing {
 extern std::atomic<uint64_t> g_allocations;
@@ -330,6 +337,24 @@ TEST(GoldenModel, OpBreakdownSumsToWallTime) {
   EXPECT_EQ(session->stats().op(OpFamily::kSpineIoWait), 0.0);
 }
 
+// Prefill and four greedy steps: every logit equals the mapped engine's, bit for bit.
+void ExpectLogitsMatchMappedEngine(Session* session) {
+  auto mapped = LoadGolden();
+  ASSERT_NE(mapped, nullptr);
+  auto reference = mapped->NewSession();
+  const std::vector<int32_t> prompt = {632, 304, 32, 17, 5};
+  session->Reset();
+  ASSERT_TRUE(session->Prefill(prompt).ok());
+  ASSERT_TRUE(reference->Prefill(prompt).ok());
+  for (int i = 0; i < 4; ++i) {
+    const auto got = session->Logits(), want = reference->Logits();
+    ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "step " << i;
+    const int32_t next = ArgmaxToken(want);
+    ASSERT_TRUE(session->Decode(next).ok());
+    ASSERT_TRUE(reference->Decode(next).ok());
+  }
+}
+
 // Experts streamed and a budget too small for the spine, so every layer's spine pages are checked
 // (and brought in when evicted) before it runs: the waits are charged to their own families, the
 // sum still matches, the step still allocates nothing, and the logits are the mapped engine's.
@@ -359,19 +384,141 @@ TEST(GoldenModel, OpBreakdownWithStreamedExpertsAndSpine) {
   EXPECT_GT(session->stats().op(OpFamily::kExpertIoWait), 0.0);
   EXPECT_GT(session->stats().op(OpFamily::kSpineIoWait), 0.0);
 
-  auto mapped = LoadGolden();
-  ASSERT_NE(mapped, nullptr);
-  auto reference = mapped->NewSession();
+  ExpectLogitsMatchMappedEngine(session.get());
+}
+
+// A streamed spine reads each layer into a ring slot ahead of use, or keeps the layers the plan
+// pinned: every ring depth computes the mapped engine's logits exactly, each token reads exactly
+// the streamed groups' bytes, and the plan printed at startup says what is pinned and streams.
+TEST(GoldenModel, StreamedSpineRingDepthsAreBitIdentical) {
+  EngineOptions options;
+  options.model_dir = testing::GoldenModelDir();
+  options.experts = EngineOptions::Experts::kStreamed;
+  options.io_threads = 2;
+  auto config = LoadModelConfig(options.model_dir);
+  ASSERT_TRUE(config.ok());
+  auto full = Engine::Plan(options);
+  ASSERT_TRUE(full.ok()) << full.status().message();
+  // Just under what a resident spine needs: the ring, and pins with what it leaves.
+  options.mem_limit = full->session_bytes +
+                      ExpertStreamer::MinCacheBytes(*config, options.io_threads) +
+                      full->spine_bytes - 4096;
+  uint64_t previous_pinned = ~uint64_t{0};
+  for (int readahead : {0, 1, 3}) {
+    SCOPED_TRACE("readahead " + std::to_string(readahead));
+    options.spine_readahead = readahead;
+    auto engine = Engine::Load(options);
+    ASSERT_TRUE(engine.ok()) << engine.status().message();
+    const ModelInfo& info = (*engine)->info();
+    ASSERT_FALSE(info.spine_resident) << info.memory_plan;
+    EXPECT_EQ(info.spine_ring_depth, readahead + 1);
+    EXPECT_NE(info.memory_plan.find("spine ring: "), std::string::npos) << info.memory_plan;
+    EXPECT_GT(info.spine_pinned_bytes, 0u) << info.memory_plan;
+    EXPECT_LE(info.spine_pinned_bytes, previous_pinned);  // a deeper ring leaves less to pin
+    previous_pinned = info.spine_pinned_bytes;
+    EXPECT_GT(info.spine_streamed_bytes, 0u);
+    auto session = (*engine)->NewSession();
+    ExpectLogitsMatchMappedEngine(session.get());
+    // Every streamed byte is read once per token, pinned ones never again.
+    const SessionStats before = session->stats();
+    ASSERT_TRUE(session->Decode(7).ok());
+    EXPECT_EQ(session->stats().spine_bytes_read - before.spine_bytes_read,
+              info.spine_streamed_bytes);
+  }
+}
+
+// A spine read that fails (here: the ring reads a shard that is short, while the mapping the
+// rest of the model uses still sees the whole file) fails the pass with an error naming the
+// layer, the tensor, the file and the offset; nothing of the failed read is used: with the file
+// whole again, the next pass reads the layer again and computes the mapped engine's logits.
+TEST(SpineRing, AShortReadNamesLayerTensorFileAndOffsetAndIsReadAgain) {
+  testing::ScopedTempDir dir;
+  for (const auto& entry : std::filesystem::directory_iterator(testing::GoldenModelDir())) {
+    std::filesystem::copy(entry.path(), dir.Join(entry.path().filename().string()));
+  }
+  // Shard 2 holds layer 3's spine from byte 70768 on; cut at 400000, layer 3's attention
+  // matrices come back short.
+  const std::string shard = dir.Join("model-00002-of-000003.safetensors");
+  std::ifstream in(shard, std::ios::binary);
+  const std::string original((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  in.close();
+  ASSERT_GT(original.size(), 400000u);
+  auto weights = ModelWeights::Load(dir.path(), BindOptions{});  // maps the whole file
+  ASSERT_TRUE(weights.ok()) << weights.status().message();
+  {  // a new, short file under the shard's name: the ring opens this one, the mapping keeps its own
+    std::ofstream out(shard + ".short", std::ios::binary);
+    out.write(original.data(), 400000);
+  }
+  std::filesystem::rename(shard + ".short", shard);
+  SpineRingOptions o;
+  o.depth = 2;
+  o.readers = 2;
+  auto ring = SpineRing::Create(**weights, o);
+  ASSERT_TRUE(ring.ok()) << ring.status().message();
+  ForwardPass pass(**weights, 8, 64);
+  pass.SetSpineRing(ring->get());
+  const std::vector<int32_t> prompt = {632, 304, 32};
+  std::vector<float> logits(prompt.size() * static_cast<size_t>((*weights)->config.vocab_size));
+  const Status st = pass.Run(prompt.data(), 3, true, logits.data());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("spine layer 3 "), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("model-00002-of-000003.safetensors"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("offset"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("short read"), std::string::npos) << st.message();
+  {
+    std::ofstream out(shard, std::ios::binary | std::ios::trunc);
+    out.write(original.data(), static_cast<std::streamsize>(original.size()));
+  }
+  ForwardPass again(**weights, 8, 64), plain(**weights, 8, 64);
+  again.SetSpineRing(ring->get());
+  std::vector<float> want(logits.size());
+  ASSERT_TRUE(plain.Run(prompt.data(), 3, true, want.data()).ok());
+  const Status retry = again.Run(prompt.data(), 3, true, logits.data());
+  ASSERT_TRUE(retry.ok()) << retry.message();
+  EXPECT_EQ(logits, want);
+}
+
+// The ring under the forward pass directly, with mapped experts: no layer pinned, every other
+// one pinned, and depths 1, 2 and 4 all give the plain pass's logits for a prefill chunk and the
+// decode steps after it. Two passes sharing one ring (as sessions of one engine do) stay exact.
+TEST(SpineRing, MatchesTheMappedSpineForEveryDepthAndPinSet) {
+  auto weights = ModelWeights::Load(testing::GoldenModelDir(), BindOptions{});
+  ASSERT_TRUE(weights.ok()) << weights.status().message();
+  const ModelWeights& w = **weights;
+  const int64_t vocab = w.config.vocab_size;
+  const size_t groups = w.layers.size() + 1;
+  std::vector<bool> every_other(groups);
+  for (size_t g = 0; g < groups; g += 2) every_other[g] = true;
   const std::vector<int32_t> prompt = {632, 304, 32, 17, 5};
-  session->Reset();
-  ASSERT_TRUE(session->Prefill(prompt).ok());
-  ASSERT_TRUE(reference->Prefill(prompt).ok());
-  for (int i = 0; i < 4; ++i) {
-    const auto got = session->Logits(), want = reference->Logits();
-    ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "step " << i;
-    const int32_t next = ArgmaxToken(want);
-    ASSERT_TRUE(session->Decode(next).ok());
-    ASSERT_TRUE(reference->Decode(next).ok());
+  for (const auto& pinned : {std::vector<bool>{}, every_other}) {
+    for (int depth : {1, 2, 4}) {
+      SCOPED_TRACE("depth " + std::to_string(depth) + (pinned.empty() ? ", none pinned" : ""));
+      SpineRingOptions o;
+      o.depth = depth;
+      o.readers = 3;
+      o.pinned = pinned;
+      auto ring = SpineRing::Create(w, o);
+      ASSERT_TRUE(ring.ok()) << ring.status().message();
+      EXPECT_EQ((*ring)->depth(), depth);
+      ForwardPass plain(w, 8, 64), a(w, 8, 64), b(w, 8, 64);
+      a.SetSpineRing(ring->get());
+      b.SetSpineRing(ring->get());
+      std::vector<float> want(prompt.size() * vocab), got(prompt.size() * vocab);
+      ASSERT_TRUE(plain.Run(prompt.data(), 5, true, want.data()).ok());
+      for (ForwardPass* f : {&a, &b}) {
+        ASSERT_TRUE(f->Run(prompt.data(), 5, true, got.data()).ok());
+        ASSERT_EQ(got, want);
+      }
+      for (int32_t token : {3, 99, 250}) {
+        ASSERT_TRUE(plain.Run(&token, 1, false, want.data()).ok());
+        for (ForwardPass* f : {&a, &b}) {
+          ASSERT_TRUE(f->Run(&token, 1, false, got.data()).ok());
+          ASSERT_TRUE(std::equal(want.begin(), want.begin() + vocab, got.begin()));
+        }
+      }
+    }
   }
 }
 

@@ -23,7 +23,6 @@ MachineProfile Profile() {
   MachineProfile m;
   m.name = "test";
   m.expert_read_bps = 2e9;
-  m.spine_read_bps = 1e9;
   m.memory_bps = 20e9;
   m.bf16_bps = 10e9;
   m.int8_bps = 8e9;
@@ -122,7 +121,7 @@ TEST(PlanModelTest, StreamedExpertsWithResidentSpine) {
   EXPECT_NEAR(PredictScenario(m, w, p, a).compute_s, 0.146, 1e-12);
 }
 
-TEST(PlanModelTest, StreamedSpineIsReReadEveryToken) {
+TEST(PlanModelTest, StreamedSpineReadsItsUnpinnedBytesEveryToken) {
   const MachineProfile m = Profile();
   const ModelWorkload w = Workload();
   ScenarioPlan p;
@@ -130,16 +129,24 @@ TEST(PlanModelTest, StreamedSpineIsReReadEveryToken) {
   p.spine = "bf16";
   p.experts_streamed = true;
   p.spine_resident = false;
+  p.spine_streamed_bytes = 1'000'000'000;  // what the plan did not pin
   p.expert_cache_bytes = 0;
   StreamingAssumptions a;
   a.lookahead_recall = 1;
   a.lookahead_waste = 0;
   const Prediction r = PredictScenario(m, w, p, a);
-  // spine 1e9 B at 1 GB/s = 1 s before the layers; experts 1e8 / 2e9 = 0.05 s hidden by compute.
-  EXPECT_NEAR(r.spine_disk_s, 1.0, 1e-12);
+  // Spine 1e9 B and experts 1e8 B share the disk at 2 GB/s: 0.55 s, longer than the 0.1471 s of
+  // compute the reads run behind.
+  EXPECT_NEAR(r.spine_disk_s, 0.5, 1e-12);
   EXPECT_EQ(r.bytes_read, 1'100'000'000u);
-  EXPECT_NEAR(r.s_per_token, 1.0 + 0.1471, 1e-12);
+  EXPECT_NEAR(r.s_per_token, 0.55, 1e-12);
   EXPECT_EQ(r.bound, "disk");
+  // A machine whose disk outruns compute: compute decides.
+  MachineProfile fast = m;
+  fast.expert_read_bps = 100e9;
+  const Prediction f = PredictScenario(fast, w, p, a);
+  EXPECT_NEAR(f.s_per_token, f.compute_s + f.exposed_io_s, 1e-12);
+  EXPECT_EQ(f.bound, "compute");
 }
 
 TEST(PlanModelTest, RefusedPlanIsNotPredicted) {

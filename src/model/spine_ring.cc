@@ -1,0 +1,436 @@
+#include "model/spine_ring.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "base/byte_size.h"
+
+namespace deltafin {
+
+namespace {
+
+constexpr uint64_t kAlign = DirectFile::kIoAlignment;
+
+// Sizes `buffer` for `bytes` plus direct-read slack and returns its first 4 KiB-aligned byte
+// (AlignedBuffer aligns to a cache line only; O_DIRECT needs the block).
+uint8_t* AlignedForDirectReads(AlignedBuffer<uint8_t>* buffer, uint64_t bytes, size_t* capacity) {
+  buffer->Resize(static_cast<size_t>(bytes + 3 * kAlign));
+  const auto addr = reinterpret_cast<uintptr_t>(buffer->data());
+  const size_t pad = static_cast<size_t>((kAlign - addr % kAlign) % kAlign);
+  *capacity = buffer->size() - pad;
+  return buffer->data() + pad;
+}
+
+void CopyBuffer(const AlignedBuffer<float>& from, AlignedBuffer<float>* to) {
+  to->Resize(from.size());
+  if (from.size() > 0) std::memcpy(to->data(), from.data(), from.size() * sizeof(float));
+}
+
+// The small mapped vectors are copied so that decode never faults on them.
+const float* CopySmall(const float* mapped, int64_t count, std::vector<AlignedBuffer<float>>* out) {
+  if (mapped == nullptr) return nullptr;
+  out->emplace_back(static_cast<size_t>(count));
+  std::memcpy(out->back().data(), mapped, static_cast<size_t>(count) * sizeof(float));
+  return out->back().data();
+}
+
+void CloneLayer(const ModelConfig& c, const LayerWeights& from, LayerWeights* to,
+                std::vector<AlignedBuffer<float>>* small) {
+  to->kind = from.kind;
+  CopyBuffer(from.input_norm, &to->input_norm);
+  CopyBuffer(from.post_attn_norm, &to->post_attn_norm);
+  CopyBuffer(from.attn_res_query, &to->attn_res_query);
+  CopyBuffer(from.mlp_res_query, &to->mlp_res_query);
+  const KdaWeights& k = from.kda;
+  KdaWeights& tk = to->kda;
+  tk.q_proj = k.q_proj, tk.k_proj = k.k_proj, tk.v_proj = k.v_proj;
+  tk.f_a_proj = k.f_a_proj, tk.f_b_proj = k.f_b_proj, tk.b_proj = k.b_proj;
+  tk.g_proj = k.g_proj, tk.o_proj = k.o_proj;
+  const int64_t conv = c.kda_width() * c.conv_kernel_size;
+  tk.q_conv = CopySmall(k.q_conv, conv, small);
+  tk.k_conv = CopySmall(k.k_conv, conv, small);
+  tk.v_conv = CopySmall(k.v_conv, conv, small);
+  tk.dt_bias = CopySmall(k.dt_bias, c.kda_width(), small);
+  tk.o_norm = CopySmall(k.o_norm, c.kda_head_dim, small);
+  CopyBuffer(k.a_exp, &tk.a_exp);
+  const MlaWeights& m = from.mla;
+  MlaWeights& tm = to->mla;
+  tm.q_a_proj = m.q_a_proj, tm.q_b_proj = m.q_b_proj, tm.kv_a_proj = m.kv_a_proj;
+  tm.kv_b_proj = m.kv_b_proj, tm.g_proj = m.g_proj, tm.o_proj = m.o_proj;
+  CopyBuffer(m.q_a_norm, &tm.q_a_norm);
+  CopyBuffer(m.kv_a_norm, &tm.kv_a_norm);
+  to->is_moe = from.is_moe;
+  to->dense = from.dense;
+  const MoeWeights& e = from.moe;
+  MoeWeights& te = to->moe;
+  te.router = e.router;
+  te.correction_bias = CopySmall(e.correction_bias, c.num_experts, small);
+  te.latent_down = e.latent_down;
+  CopyBuffer(e.latent_norm, &te.latent_norm);
+  te.latent_up = e.latent_up;
+  te.shared = e.shared;
+  te.expert_spans = e.expert_spans;
+  te.expert_shard = e.expert_shard;
+  te.expert_offsets = e.expert_offsets;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SpineRing>> SpineRing::Create(const ModelWeights& weights,
+                                                     const SpineRingOptions& options) {
+  std::unique_ptr<SpineRing> ring(new SpineRing());
+  DF_RETURN_IF_ERROR(ring->Plan(weights, options));
+  const auto readers = static_cast<size_t>(std::max(options.readers, 1));
+  ring->readers_.reserve(readers);
+  for (size_t i = 0; i < readers; ++i)
+    ring->readers_.emplace_back([r = ring.get()] { r->ReaderLoop(); });
+  return ring;
+}
+
+SpineRing::~SpineRing() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  work_.notify_all();
+  for (auto& t : readers_) t.join();
+}
+
+Status SpineRing::Plan(const ModelWeights& w, const SpineRingOptions& o) {
+  const ModelConfig& c = w.config;
+  const size_t n_layers = w.layers.size();
+  if (!o.pinned.empty() && o.pinned.size() != n_layers + 1) {
+    return Status::Error("spine ring: pin list of " + std::to_string(o.pinned.size()) +
+                         " groups for " + std::to_string(n_layers + 1));
+  }
+  // Pointers into layers_ are taken below: size it once.
+  layers_.resize(n_layers);
+  small_copies_.reserve(n_layers * 6);
+  for (size_t i = 0; i < n_layers; ++i) CloneLayer(c, w.layers[i], &layers_[i], &small_copies_);
+  lm_head_ = w.lm_head;
+
+  // Which mapped file holds a pointer: the shards, then the .i8 files.
+  std::vector<const MappedFile*> mapped;
+  for (const MappedFile& f : w.checkpoint.shards()) mapped.push_back(&f);
+  for (const MappedFile& f : w.int8_files) mapped.push_back(&f);
+  std::vector<int> file_of(mapped.size(), -1);  // index into files_, opened on first use
+  read_mode_ = o.read_mode;
+  auto locate = [&](const void* p, uint64_t bytes, MatrixRef* ref) -> Status {
+    const auto* b = static_cast<const uint8_t*>(p);
+    for (size_t f = 0; f < mapped.size(); ++f) {
+      const uint8_t* base = mapped[f]->data();
+      if (b >= base && b + bytes <= base + mapped[f]->size()) {
+        if (file_of[f] < 0) {
+          DF_ASSIGN_OR_RETURN(DirectFile file, DirectFile::Open(mapped[f]->path(), o.read_mode));
+          if (file.mode() != ReadMode::kDirect) read_mode_ = file.mode();
+          file_of[f] = static_cast<int>(files_.size());
+          files_.push_back(std::move(file));
+        }
+        ref->file = file_of[f];
+        ref->offset = static_cast<uint64_t>(b - base);
+        ref->bytes = bytes;
+        return Status::Ok();
+      }
+    }
+    return Status::Error("spine ring: " + ref->name + " lies in no mapped file");
+  };
+
+  groups_.resize(n_layers + 1);
+  auto add = [&](Group* g, SpineMatrix* m, const std::string& name) -> Status {
+    MatrixRef ref;
+    ref.matrix = m;
+    ref.name = name;
+    const auto elements = static_cast<uint64_t>(m->rows) * static_cast<uint64_t>(m->cols);
+    ref.int8 = m->q != nullptr;
+    if (ref.int8) {
+      DF_RETURN_IF_ERROR(locate(m->q, elements, &ref));
+    } else {
+      if (m->data == nullptr) return Status::Ok();
+      DF_RETURN_IF_ERROR(locate(m->data, elements * 2, &ref));
+    }
+    g->matrices.push_back(std::move(ref));
+    return Status::Ok();
+  };
+  for (size_t i = 0; i < n_layers; ++i) {
+    LayerWeights& lw = layers_[i];
+    Group* g = &groups_[i];
+    const std::string p = "layer " + std::to_string(i) + " ";
+    if (lw.kind == AttentionKind::kKda) {
+      KdaWeights& k = lw.kda;
+      for (auto [m, name] : {std::pair{&k.q_proj, "kda.q_proj"},
+                             {&k.k_proj, "kda.k_proj"},
+                             {&k.v_proj, "kda.v_proj"},
+                             {&k.f_a_proj, "kda.f_a_proj"},
+                             {&k.f_b_proj, "kda.f_b_proj"},
+                             {&k.b_proj, "kda.b_proj"},
+                             {&k.g_proj, "kda.g_proj"},
+                             {&k.o_proj, "kda.o_proj"}}) {
+        DF_RETURN_IF_ERROR(add(g, m, p + name));
+      }
+    } else {
+      MlaWeights& a = lw.mla;
+      for (auto [m, name] : {std::pair{&a.q_a_proj, "mla.q_a_proj"},
+                             {&a.q_b_proj, "mla.q_b_proj"},
+                             {&a.kv_a_proj, "mla.kv_a_proj"},
+                             {&a.kv_b_proj, "mla.kv_b_proj"},
+                             {&a.g_proj, "mla.g_proj"},
+                             {&a.o_proj, "mla.o_proj"}}) {
+        DF_RETURN_IF_ERROR(add(g, m, p + name));
+      }
+    }
+    GatedFfnWeights& ffn = lw.is_moe ? lw.moe.shared : lw.dense;
+    const std::string f = lw.is_moe ? "shared_experts." : "mlp.";
+    DF_RETURN_IF_ERROR(add(g, &ffn.gate_proj, p + f + "gate_proj"));
+    DF_RETURN_IF_ERROR(add(g, &ffn.up_proj, p + f + "up_proj"));
+    DF_RETURN_IF_ERROR(add(g, &ffn.down_proj, p + f + "down_proj"));
+    if (lw.is_moe) {
+      DF_RETURN_IF_ERROR(add(g, &lw.moe.router, p + "router"));
+      DF_RETURN_IF_ERROR(add(g, &lw.moe.latent_down, p + "routed_expert_down_proj"));
+      DF_RETURN_IF_ERROR(add(g, &lw.moe.latent_up, p + "routed_expert_up_proj"));
+    }
+  }
+  DF_RETURN_IF_ERROR(add(&groups_.back(), &lm_head_, "lm_head"));
+
+  // Extents and chunks: sort by place on disk, merge neighbours, lay out in slot order.
+  for (Group& g : groups_) {
+    std::vector<const MatrixRef*> order;
+    for (const MatrixRef& m : g.matrices) order.push_back(&m);
+    std::sort(order.begin(), order.end(), [](const MatrixRef* a, const MatrixRef* b) {
+      return a->file != b->file ? a->file < b->file : a->offset < b->offset;
+    });
+    for (const MatrixRef* m : order) {
+      const uint64_t begin = m->offset / kAlign * kAlign;
+      const uint64_t end = m->offset + m->bytes;
+      if (!g.extents.empty() && g.extents.back().file == m->file &&
+          begin <= g.extents.back().end + kMaxGap) {
+        g.extents.back().end = std::max(g.extents.back().end, end);
+      } else {
+        g.extents.push_back({m->file, begin, end, 0});
+      }
+    }
+    uint64_t at = 0;
+    for (Extent& e : g.extents) {
+      e.slot_offset = at;
+      // Direct reads ask for whole blocks: the next extent starts past this one's last block.
+      at += (e.end - e.begin + kAlign - 1) / kAlign * kAlign;
+      for (uint64_t off = e.begin; off < e.end; off += kChunkBytes) {
+        Chunk ch{e.file, off, std::min(kChunkBytes, e.end - off), e.slot_offset + (off - e.begin),
+                 nullptr};
+        for (const MatrixRef* m : order) {
+          if (m->file == ch.file && m->offset + m->bytes > ch.offset) {
+            ch.tensor = &m->name;
+            break;
+          }
+        }
+        g.chunks.push_back(ch);
+      }
+    }
+    g.bytes = at;
+  }
+
+  // Pinned groups: read once now, into buffers of their own.
+  size_t max_chunks = 0;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    Group& g = groups_[gi];
+    g.pinned = !o.pinned.empty() && o.pinned[gi];
+    if (!g.pinned) {
+      stream_index_.push_back(static_cast<int64_t>(streamed_.size()));
+      streamed_.push_back(static_cast<int64_t>(gi));
+      slot_bytes_ = std::max(slot_bytes_, g.bytes);
+      streamed_bytes_ += g.bytes;
+      max_chunks = std::max(max_chunks, g.chunks.size());
+      continue;
+    }
+    stream_index_.push_back(-1);
+    size_t capacity = 0;
+    g.pinned_base = AlignedForDirectReads(&g.pinned_buffer, g.bytes, &capacity);
+    for (const Chunk& ch : g.chunks) {
+      const size_t room = capacity - static_cast<size_t>(ch.slot_offset);
+      auto got = files_[static_cast<size_t>(ch.file)].ReadSpan(
+          ch.offset, ch.bytes, g.pinned_base + ch.slot_offset, room);
+      if (!got.ok()) {
+        return Status::Error("spine " + *ch.tensor + ": " + got.status().message());
+      }
+    }
+    AimGroup(g, g.pinned_base);
+    pinned_bytes_ += g.bytes;
+  }
+  const int depth =
+      streamed_.empty() ? 0 : std::clamp(o.depth, 1, static_cast<int>(streamed_.size()));
+  slots_.resize(static_cast<size_t>(depth));
+  for (Slot& s : slots_) {
+    s.base = AlignedForDirectReads(&s.buffer, slot_bytes_, &s.capacity);
+    s.error.reserve(256);
+  }
+  tasks_.resize(static_cast<size_t>(depth) * max_chunks + 1);
+  return Status::Ok();
+}
+
+void SpineRing::AimGroup(const Group& g, const uint8_t* base) {
+  for (const MatrixRef& m : g.matrices) {
+    for (const Extent& e : g.extents) {
+      if (e.file != m.file || m.offset < e.begin || m.offset + m.bytes > e.end) continue;
+      const uint8_t* p = base + e.slot_offset + (m.offset - e.begin);
+      if (m.int8) {
+        m.matrix->q = reinterpret_cast<const int8_t*>(p);
+      } else {
+        m.matrix->data = reinterpret_cast<const uint16_t*>(p);
+      }
+      break;
+    }
+  }
+}
+
+int SpineRing::SlotOf(int64_t group) const {
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s].group == group) return static_cast<int>(s);
+  }
+  return -1;
+}
+
+int64_t SpineRing::NextStreamed(int64_t group) const {
+  // The streamed group after `group` in pass order, wrapping to the next pass.
+  for (int64_t g = group + 1;; ++g) {
+    const int64_t wrapped = g % static_cast<int64_t>(groups_.size());
+    if (stream_index_[static_cast<size_t>(wrapped)] >= 0) return wrapped;
+  }
+}
+
+void SpineRing::Queue(int64_t group, int slot) {
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  const Group& g = groups_[static_cast<size_t>(group)];
+  s.group = group;
+  s.remaining = static_cast<int>(g.chunks.size());
+  s.counted = false;
+  s.failed = false;
+  s.error.clear();
+  AimGroup(g, s.base);
+  for (size_t c = 0; c < g.chunks.size(); ++c) {
+    tasks_[(task_head_ + task_count_) % tasks_.size()] = {slot, static_cast<int>(c)};
+    ++task_count_;
+  }
+}
+
+Status SpineRing::Acquire(int64_t group, uint64_t* bytes_read) {
+  *bytes_read = 0;
+  if (group < 0 || group > tail_group()) return Status::Error("spine ring: no such group");
+  const Group& g = groups_[static_cast<size_t>(group)];
+  std::unique_lock<std::mutex> lock(mutex_);
+  int slot = -1;
+  if (!g.pinned) {
+    slot = SlotOf(group);
+    if (slot >= 0 && slots_[static_cast<size_t>(slot)].remaining == 0 &&
+        slots_[static_cast<size_t>(slot)].failed) {
+      Queue(group, slot);  // a read-ahead that failed: read it again now, once
+    } else if (slot < 0) {
+      // Asked out of the predicted order (the first pass, or after an error): the reads in
+      // flight finish, then the ring restarts at this group.
+      done_.wait(lock, [&] {
+        for (const Slot& s : slots_) {
+          if (s.remaining > 0) return false;
+        }
+        return true;
+      });
+      for (Slot& s : slots_) s.group = -1;
+      slot = 0;
+      Queue(group, slot);
+    }
+  }
+  // Top up the window: the streamed groups after this one, each into a slot that holds none of
+  // the window and has no read in flight.
+  const int ahead = depth() - 1;
+  int64_t next = group;
+  for (int a = 0; a < ahead; ++a) {
+    next = NextStreamed(next);
+    if (next == group) break;
+    if (SlotOf(next) >= 0) continue;
+    int free_slot = -1;
+    for (size_t s = 0; s < slots_.size() && free_slot < 0; ++s) {
+      const Slot& cand = slots_[s];
+      if (cand.remaining > 0 || cand.group == group) continue;
+      bool in_window = false;
+      int64_t w = group;
+      for (int b = 0; b < ahead && !in_window; ++b) {
+        w = NextStreamed(w);
+        in_window = cand.group == w;
+      }
+      if (!in_window) free_slot = static_cast<int>(s);
+    }
+    if (free_slot < 0) break;
+    Queue(next, free_slot);
+  }
+  if (task_count_ > 0) work_.notify_all();
+  if (g.pinned) return Status::Ok();
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  done_.wait(lock, [&] { return s.remaining == 0; });
+  if (s.failed) {
+    s.group = -1;  // nothing of a failed read is used: the next call reads the group again
+    return Status::Error(s.error);
+  }
+  if (!s.counted) {
+    s.counted = true;
+    *bytes_read = g.bytes;
+  }
+  return Status::Ok();
+}
+
+const LayerWeights* SpineRing::ReadyLayer(int64_t i) {
+  const Group& g = groups_[static_cast<size_t>(i)];
+  if (g.pinned) return &layers_[static_cast<size_t>(i)];
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int slot = SlotOf(i);
+  if (slot < 0) return nullptr;
+  const Slot& s = slots_[static_cast<size_t>(slot)];
+  if (s.remaining > 0 || s.failed) return nullptr;
+  return &layers_[static_cast<size_t>(i)];
+}
+
+void SpineRing::ReaderLoop() {
+  for (;;) {
+    Task t;
+    int64_t group = 0;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      work_.wait(lock, [&] { return stop_ || task_count_ > 0; });
+      if (stop_) return;
+      t = tasks_[task_head_];
+      task_head_ = (task_head_ + 1) % tasks_.size();
+      --task_count_;
+      group = slots_[static_cast<size_t>(t.slot)].group;
+    }
+    Slot& s = slots_[static_cast<size_t>(t.slot)];
+    const Group& g = groups_[static_cast<size_t>(group)];
+    const Chunk& ch = g.chunks[static_cast<size_t>(t.chunk)];
+    const size_t room = s.capacity - static_cast<size_t>(ch.slot_offset);
+    auto got = files_[static_cast<size_t>(ch.file)].ReadSpan(ch.offset, ch.bytes,
+                                                             s.base + ch.slot_offset, room);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!got.ok() && !s.failed) {
+      s.failed = true;
+      s.error = "spine " + *ch.tensor + ": " + got.status().message();
+    }
+    if (--s.remaining == 0) done_.notify_all();
+  }
+}
+
+std::string SpineRing::Describe() const {
+  std::ostringstream o;
+  int pinned_layers = 0;
+  bool lm_head_pinned = false;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (!groups_[g].pinned) continue;
+    if (static_cast<int64_t>(g) == tail_group()) {
+      lm_head_pinned = true;
+    } else {
+      ++pinned_layers;
+    }
+  }
+  o << "spine ring: " << pinned_layers << " of " << groups_.size() - 1 << " layers"
+    << (lm_head_pinned ? " and the lm_head" : "") << " pinned (" << HumanBytes(pinned_bytes_)
+    << "), " << HumanBytes(streamed_bytes_) << " streamed per token through " << depth()
+    << " slots of " << HumanBytes(slot_bytes_) << " (" << ReadModeName(read_mode_) << " reads)";
+  return o.str();
+}
+
+}  // namespace deltafin
