@@ -1,18 +1,13 @@
-// SpinePages: brings a layer's mapped spine matrices into RAM before the layer runs, so the time a
-// spine that does not fit in RAM spends coming from disk is measured (OpFamily::kSpineIoWait)
-// instead of hiding inside the kernels' page faults.
+// SpinePages: brings a mapped spine's matrices into RAM, group by group, over their exact ranges.
 //
-// Per layer, used when the memory plan says the spine is not resident (docs/STREAMING.md): then
-// most of a layer's pages were evicted since the last token and must be read again anyway.
-// The layer's matrices are cut into chunks of at most 1 MiB at construction; `readers` threads
-// (the caller among them) take chunks in turn, and for each one mincore() finds the missing
-// pages, madvise(MADV_WILLNEED) starts readahead over it and one byte per missing page is read,
-// which waits for it. One thread keeps one readahead in flight; several keep the disk's queue
-// full (a page read at queue depth 1 runs at about half this machine's direct-read rate:
-// docs/PERFORMANCE.md). The bytes are not changed or copied, so results are the same.
-// A resident spine does not page in per layer: with streamed experts the engine brings every
-// group in once at load (Engine::Load, after turning off fault read-around), with mapped experts
-// its first token's faults are charged to the ops that touch them.
+// Used once at load when the spine is resident and the experts stream (Engine::Load, after
+// turning off fault read-around): a fault's read-around would otherwise also bring in the expert
+// bytes next to each spine tensor, page cache the memory plan did not count. A spine that does
+// not fit is not mapped for compute at all: it streams through model/spine_ring.h.
+// The matrices are cut into chunks of at most 1 MiB at construction; `readers` threads (the
+// caller among them) take chunks in turn, and for each one mincore() finds the missing pages,
+// madvise(MADV_WILLNEED) starts readahead over it and one byte per missing page is read, which
+// waits for it. Several threads keep the disk's queue full. The bytes are not changed or copied.
 #pragma once
 
 #include <atomic>
