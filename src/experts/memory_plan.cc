@@ -111,8 +111,11 @@ Result<MemoryPlan> PlanMemory(const MemoryNeeds& needs, const MemoryBudget& budg
     // whichever layer it belongs to, and big groups use the budget with the fewest leftovers.
     std::vector<size_t> order(needs.spine_groups.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-      return needs.spine_groups[x] > needs.spine_groups[y];
+    // Ties keep layer order. (std::sort with the index as tie-break, not std::stable_sort: its
+    // nothrow temporary buffer trips the golden test's allocation hooks under ASan.)
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+      const uint64_t gx = needs.spine_groups[x], gy = needs.spine_groups[y];
+      return gx != gy ? gx > gy : x < y;
     });
     // The ring's slots only need to hold the largest group that still streams, so pinning the
     // biggest groups also shrinks the ring: account for that at each step.
