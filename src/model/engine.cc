@@ -9,15 +9,16 @@
 
 #include "base/byte_size.h"
 #include "base/thread_pool.h"
-#include "experts/expert_streamer.h"
-#include "experts/memory_plan.h"
 #include "kernels/matvec.h"
 #include "model/forward.h"
-#include "model/spine_int8.h"
-#include "model/spine_pages.h"
-#include "model/spine_ring.h"
-#include "model/tensor_roster.h"
-#include "model/weights.h"
+#include "weights/expert_source.h"
+#include "weights/expert_streamer.h"
+#include "weights/memory_plan.h"
+#include "weights/spine_int8.h"
+#include "weights/spine_pages.h"
+#include "weights/spine_ring.h"
+#include "weights/tensor_roster.h"
+#include "weights/weights.h"
 
 namespace deltafin {
 
@@ -42,6 +43,10 @@ struct Session::Impl {
     logits.Resize(static_cast<size_t>(vocab));
   }
   ForwardPass forward;
+  // A stream install's expert source for this session: fetches missing experts, then reads them
+  // through the engine's streamer or the mapped spans.
+  std::unique_ptr<MappedExperts> mapped_experts;
+  std::unique_ptr<FetchingExperts> fetching_experts;
   int64_t vocab;
   int64_t prefill_chunk;                // positions per prefill Run (max_chunk may be larger)
   const float* pending_rows = nullptr;  // logits rows of the pending Verify
@@ -333,12 +338,22 @@ std::unique_ptr<Session> Engine::NewSession() const {
   auto impl =
       std::make_unique<Session::Impl>(*impl_->weights, chunk, impl_->info.context_capacity,
                                       VerifyRows(impl_->options), RollbackMode(impl_->options));
-  impl->forward.SetExpertFetcher(impl_->options.expert_fetcher.get());
-  impl->forward.SetSpineRing(impl_->spine_ring.get());
-  if (impl_->streamer) {
-    impl->forward.SetExpertStreamer(impl_->streamer.get(), impl_->options.lookahead);
+  // The session's expert source: the engine's streamer (shared, so passes take stream_mutex) or
+  // the mapped spans, behind a stream install's fetcher when there is one.
+  ExpertSource* experts = impl_->streamer.get();
+  if (experts != nullptr) {
     impl->stream_mutex = &impl_->stream_mutex;
+  } else {
+    impl->mapped_experts = std::make_unique<MappedExperts>(*impl_->weights);
+    experts = impl->mapped_experts.get();
   }
+  if (ExpertFetcher* fetcher = impl_->options.expert_fetcher.get()) {
+    impl->fetching_experts =
+        std::make_unique<FetchingExperts>(fetcher, experts, impl_->weights->config.num_experts);
+    experts = impl->fetching_experts.get();
+  }
+  impl->forward.SetExpertSource(experts, impl_->options.lookahead);
+  impl->forward.SetSpineSource(impl_->spine_ring.get());
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 

@@ -16,6 +16,8 @@ ForwardPass::ForwardPass(const ModelWeights& weights, int64_t max_chunk, int64_t
       c_(weights.config),
       max_chunk_(max_chunk),
       capacity_(capacity),
+      mapped_experts_(weights),
+      resident_spine_(weights),
       max_verify_rows_(std::min(max_verify_rows, max_chunk)) {
   const int64_t layers = c_.num_hidden_layers, h = c_.hidden_size, n = max_chunk;
   // Boundaries are layers 0, B, 2B, ... each pushes one anchor.
@@ -88,11 +90,11 @@ void ForwardPass::Emit(int64_t n, int64_t layer, const char* name, const float* 
 Status ForwardPass::AcquireSpine(int64_t group) {
   // The lookahead takes layer L+1 at the end of layer L; the layer itself then needs no second
   // call.
-  if (spine_ring_ == nullptr || group == acquired_group_) return Status::Ok();
+  if (group == acquired_group_ || spine_->always_ready()) return Status::Ok();
   acquired_group_ = group;
   timer_.Charge(OpFamily::kOther);
   uint64_t bytes = 0;
-  Status st = spine_ring_->Acquire(group, &bytes);
+  Status st = spine_->Acquire(group, &bytes);
   if (!st.ok()) acquired_group_ = -1;
   stats_.spine_bytes_read += bytes;
   // The engine waits for these reads itself, so they are I/O wait, not compute.
@@ -109,7 +111,7 @@ void ForwardPass::Tail(int64_t t, int64_t n_anchors, float* logits) {
   timer_.Charge(OpFamily::kLmHead);
   if (observer_) observer_->OnActivation(position_ + t, -1, "final_hidden", tail_.span());
   timer_.Charge(OpFamily::kOther);
-  Linear(spine_ring_ != nullptr ? spine_ring_->lm_head() : w_.lm_head, tail_.data(), 1, logits);
+  Linear(spine_->lm_head(), tail_.data(), 1, logits);
   timer_.Charge(OpFamily::kLmHead);
 }
 
@@ -198,15 +200,10 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
       // A streamed spine guesses only with a next router already in RAM: waiting for its read
       // here would stall this layer on the next one's spine.
       const MoeWeights* next = nullptr;
-      if (early && next_is_moe) {
-        if (spine_ring_ == nullptr) {
-          next = &w_.layers[static_cast<size_t>(i + 1)].moe;
-        } else if (const LayerWeights* ready = spine_ring_->ReadyLayer(i + 1)) {
-          next = &ready->moe;
-        }
+      if (early && next_is_moe && experts_->takes_guesses()) {
+        if (const LayerWeights* ready = spine_->ReadyLayer(i + 1)) next = &ready->moe;
       }
-      const ExpertAccess access{&w_.expert_layout, expert_fetcher_, expert_streamer_, next,
-                                &stats_,           &timer_};
+      const ExpertAccess access{&w_.expert_layout, experts_, next, &stats_, &timer_};
       DF_RETURN_IF_ERROR(
           MoeForward(c_, lw.moe, i, access, normed_.data(), n, &ffn_scratch_, sublayer_.data()));
       if (observer_) {
@@ -232,7 +229,7 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
     // nothing (AttnRes mix and norm of the next layer on the current state), routed by the next
     // layer's router. Only a guess; the real routing happens when that layer runs.
     const bool late = lookahead_ == Lookahead::kLayerOutput || lookahead_ == Lookahead::kBoth;
-    if (expert_streamer_ != nullptr && late && i + 1 < c_.num_hidden_layers &&
+    if (experts_->takes_guesses() && late && i + 1 < c_.num_hidden_layers &&
         w_.layers[static_cast<size_t>(i + 1)].is_moe) {
       // The guess runs the next layer's router, so a streamed spine takes that layer now.
       DF_RETURN_IF_ERROR(AcquireSpine(i + 1));
@@ -243,13 +240,12 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
                 normed_.data() + t * h);
       }
       timer_.Charge(OpFamily::kAttnRes);
-      const ExpertAccess access{&w_.expert_layout, expert_fetcher_, expert_streamer_,
-                                nullptr,           &stats_,         &timer_};
+      const ExpertAccess access{&w_.expert_layout, experts_, nullptr, &stats_, &timer_};
       PrefetchGuess(c_, next.moe, i + 1, access, normed_.data(), n, &ffn_scratch_);
     }
   }
 
-  if (spine_ring_ != nullptr) DF_RETURN_IF_ERROR(AcquireSpine(spine_ring_->tail_group()));
+  DF_RETURN_IF_ERROR(AcquireSpine(spine_->tail_group()));
   if (all_positions) {
     for (int64_t t = 0; t < n; ++t) Tail(t, n_anchors, logits + t * c_.vocab_size);
   } else {

@@ -19,8 +19,9 @@
 #include "model/mla.h"
 #include "model/moe.h"
 #include "model/op_timer.h"
-#include "model/spine_ring.h"
-#include "model/weights.h"
+#include "weights/expert_source.h"
+#include "weights/spine_source.h"
+#include "weights/weights.h"
 
 namespace deltafin {
 
@@ -60,19 +61,18 @@ class ForwardPass {
   const ModelConfig& config() const { return c_; }
   void Reset();
   void SetObserver(ForwardObserver* observer) { observer_ = observer; }
-  // Stream installs: asked to make experts local before they are read (not owned).
-  void SetExpertFetcher(ExpertFetcher* fetcher) { expert_fetcher_ = fetcher; }
-  // Streamed experts: read through `streamer` (not owned; null = the mapped spans); `lookahead`
-  // guesses the next layer's experts with its router and prefetches them.
+  // Where the routed experts' spans come from (not owned; null: the mapped spans). `lookahead`
+  // guesses the next layer's experts with its router, for sources that take guesses.
   using Lookahead = EngineOptions::Lookahead;
-  void SetExpertStreamer(ExpertStreamer* streamer, Lookahead lookahead) {
-    expert_streamer_ = streamer;
+  void SetExpertSource(ExpertSource* source, Lookahead lookahead) {
+    experts_ = source != nullptr ? source : &mapped_experts_;
     lookahead_ = lookahead;
   }
-  // A spine that does not fit in RAM (not owned; null = resident): each layer's matrices are
-  // taken from the ring before the layer runs, waiting for its reads as spine I/O wait
-  // (model/spine_ring.h). One ring serves every session of an engine, one pass at a time.
-  void SetSpineRing(SpineRing* ring) { spine_ring_ = ring; }
+  // Where each layer's spine weights come from (not owned; null: the bound weights, resident).
+  // A streamed spine (weights/spine_ring.h) is taken group by group before each layer runs,
+  // waiting for its reads as spine I/O wait. One ring serves every session of an engine, one
+  // pass at a time.
+  void SetSpineSource(SpineSource* spine) { spine_ = spine != nullptr ? spine : &resident_spine_; }
   const SessionStats& stats() const { return stats_; }
   void ResetStats() { stats_ = SessionStats{}; }
 
@@ -91,10 +91,8 @@ class ForwardPass {
   void Emit(int64_t n, int64_t layer, const char* name, const float* values, int64_t width);
   void Tail(int64_t t, int64_t n_anchors, float* logits);
   Status AcquireSpine(int64_t group);
-  // The layer's weights as this pass computes on them: the ring's copy when the spine streams.
-  const LayerWeights& Layer(int64_t i) const {
-    return spine_ring_ != nullptr ? spine_ring_->layer(i) : w_.layers[static_cast<size_t>(i)];
-  }
+  // The layer's weights as this pass computes on them (a streamed spine's copy aimed at its slot).
+  const LayerWeights& Layer(int64_t i) const { return spine_->layer(i); }
 
   const ModelWeights& w_;
   const ModelConfig& c_;
@@ -103,13 +101,14 @@ class ForwardPass {
   int64_t position_ = 0;
   int64_t max_anchors_;
   ForwardObserver* observer_ = nullptr;
-  ExpertFetcher* expert_fetcher_ = nullptr;
-  ExpertStreamer* expert_streamer_ = nullptr;
+  MappedExperts mapped_experts_;  // the default expert source
+  ResidentSpine resident_spine_;  // the default spine source
+  ExpertSource* experts_ = &mapped_experts_;
+  SpineSource* spine_ = &resident_spine_;
   Lookahead lookahead_ = Lookahead::kOff;
   SessionStats stats_;
-  OpTimer timer_;                    // charges stats_.op_seconds during Run()
-  SpineRing* spine_ring_ = nullptr;  // null: the spine is resident
-  int64_t acquired_group_ = -1;      // the group AcquireSpine took last in this pass
+  OpTimer timer_;                // charges stats_.op_seconds during Run()
+  int64_t acquired_group_ = -1;  // the group AcquireSpine took last in this pass
 
   std::vector<KdaState> kda_;          // [layers] (only KDA layers initialised)
   std::vector<KdaRollback> rollback_;  // [layers] (KDA layers, when verify rows are reserved)

@@ -10,9 +10,9 @@
 #include <cstdint>
 
 #include "base/aligned_buffer.h"
-#include "model/config.h"
 #include "model/op_timer.h"
-#include "model/weights.h"
+#include "weights/config.h"
+#include "weights/weights.h"
 
 namespace deltafin {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "kernels/matvec.h"
-#include "model/weights.h"
+#include "weights/weights.h"
 
 namespace deltafin {
 

@@ -11,9 +11,9 @@
 
 #include "base/aligned_buffer.h"
 #include "base/status.h"
-#include "model/config.h"
 #include "model/op_timer.h"
-#include "model/weights.h"
+#include "weights/config.h"
+#include "weights/weights.h"
 
 namespace deltafin {
 

@@ -77,8 +77,8 @@ void PrefetchGuess(const ModelConfig& c, const MoeWeights& next, int64_t next_la
   }
   const int64_t m = ExpertUnion(s->guess_ids.data(), n * k, s->mark.data(), s->guess_union.data());
   Charge(access.timer, OpFamily::kRouter);
-  access.streamer->Prefetch(next_layer, {s->guess_union.data(), static_cast<size_t>(m)},
-                            access.stats);
+  access.source->Prefetch(next_layer, {s->guess_union.data(), static_cast<size_t>(m)},
+                          access.stats);
   Charge(access.timer, OpFamily::kExpertIoWait);
 }
 
@@ -100,63 +100,41 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
   OpTimer* const timer = access.timer;
   Charge(timer, OpFamily::kRouter);
 
-  // A stream install fetches the experts it does not have yet, all of the layer's at once.
-  if (access.fetcher != nullptr) {
-    int64_t missing = 0;
-    for (int64_t j = 0; j < m; ++j) {
-      const int32_t e = s->needed[static_cast<size_t>(j)];
-      if (!access.fetcher->IsLocal(layer, e)) s->guess_ids[static_cast<size_t>(missing++)] = e;
-    }
-    if (missing > 0) {
-      DF_RETURN_IF_ERROR(
-          access.fetcher->FetchExperts(layer, {s->guess_ids.data(), static_cast<size_t>(missing)}));
-    }
-    Charge(timer, OpFamily::kExpertIoWait);
-  }
-
-  // Run each expert once over every position that selected it, in batches the cache can pin.
-  // Streamed experts are computed in the order their reads finish (cached ones first); the
-  // per-slot outputs are combined in selection order below, so the order does not matter.
+  // Run each expert once over every position that selected it, in batches the source can hold,
+  // each expert as soon as its bytes are in RAM (a streamed source hands out cached experts
+  // while the misses load). The per-slot outputs are combined in selection order below, so the
+  // order experts arrive in does not matter.
   const auto latent_bytes = static_cast<size_t>(latent) * sizeof(float);
-  ExpertStreamer* streamer = access.streamer;
-  const int64_t batch = streamer != nullptr ? streamer->max_pinned() : m;
+  ExpertSource* source = access.source;
+  const int64_t batch = source->max_batch();
+  // Time spent in the source is I/O wait unless its experts are all in RAM already.
+  const OpFamily wait = source->always_ready() ? OpFamily::kRoutedExperts : OpFamily::kExpertIoWait;
   for (int64_t b0 = 0; b0 < m; b0 += batch) {
     const int64_t b1 = std::min(m, b0 + batch);
-    if (streamer != nullptr) {
-      streamer->Begin(layer, {s->needed.data() + b0, static_cast<size_t>(b1 - b0)}, access.stats);
-      Charge(timer, OpFamily::kExpertIoWait);
-      if (b0 == 0 && access.next != nullptr) {
+    DF_RETURN_IF_ERROR(
+        source->Begin(layer, {s->needed.data() + b0, static_cast<size_t>(b1 - b0)}, access.stats));
+    Charge(timer, wait);
+    if (b0 == 0) {
+      if (access.next != nullptr && source->takes_guesses()) {
         PrefetchGuess(c, *access.next, layer + 1, access, x, n, s);
       }
-      // The shared experts need no routed expert: they run while the first misses load.
-      if (b0 == 0) {
-        GatedFfnForward(c, w.shared, x, n, s, out);
-        Charge(timer, OpFamily::kSharedExperts);
-      }
-    } else {
-      access.stats->expert_loads += static_cast<uint64_t>(b1 - b0);
-      access.stats->expert_cache_hits += static_cast<uint64_t>(b1 - b0);  // mapped: in RAM
-    }
-    if (b0 == 0) {
+      // The shared experts and the latent projection need no routed expert: they run while the
+      // first misses load.
+      GatedFfnForward(c, w.shared, x, n, s, out);
+      Charge(timer, OpFamily::kSharedExperts);
       Linear(w.latent_down, x, n, s->z.data());
       Charge(timer, OpFamily::kLatentProjections);
     }
     for (int64_t done = b0; done < b1; ++done) {
-      int64_t j = done;
-      const uint8_t* span = nullptr;
-      if (streamer != nullptr) {
-        Charge(timer, OpFamily::kRoutedExperts);
-        auto ready = streamer->WaitAny(access.stats);
-        Charge(timer, OpFamily::kExpertIoWait);
-        if (!ready.ok()) {
-          streamer->End();
-          return ready.status();
-        }
-        j = b0 + ready->index;
-        span = ready->data;
-      } else {
-        span = w.expert_spans[static_cast<size_t>(s->needed[static_cast<size_t>(j)])];
+      Charge(timer, OpFamily::kRoutedExperts);
+      auto ready = source->WaitAny(access.stats);
+      Charge(timer, wait);
+      if (!ready.ok()) {
+        source->End();
+        return ready.status();
       }
+      const int64_t j = b0 + ready->index;
+      const uint8_t* span = ready->data;
       const int32_t e = s->needed[static_cast<size_t>(j)];
       int64_t members = 0;
       for (int64_t i = 0; i < n * k; ++i) {
@@ -179,10 +157,8 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
       }
     }
     Charge(timer, OpFamily::kRoutedExperts);
-    if (streamer != nullptr) {
-      streamer->End();
-      Charge(timer, OpFamily::kExpertIoWait);
-    }
+    source->End();
+    Charge(timer, wait);
   }
 
   // Combine in selection order: acc += w_e·y_e (spec §6.1), then the latent norm.
@@ -200,7 +176,7 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
   }
   Linear(w.latent_up, s->r.data(), n, s->routed.data());
   Charge(timer, OpFamily::kLatentProjections);
-  if (streamer == nullptr || m == 0) {
+  if (m == 0) {  // no expert ran (only when n is 0): the shared experts still give `out`
     GatedFfnForward(c, w.shared, x, n, s, out);
     Charge(timer, OpFamily::kSharedExperts);
   }

@@ -14,10 +14,10 @@
 #include "base/aligned_buffer.h"
 #include "base/status.h"
 #include "deltafin/engine.h"
-#include "experts/expert_streamer.h"
-#include "model/config.h"
 #include "model/op_timer.h"
-#include "model/weights.h"
+#include "weights/config.h"
+#include "weights/expert_source.h"
+#include "weights/weights.h"
 
 namespace deltafin {
 
@@ -53,8 +53,7 @@ void GatedFfnForward(const ModelConfig& c, const GatedFfnWeights& w, const float
 // Where a MoE layer's experts come from, for one forward pass.
 struct ExpertAccess {
   const ExpertLayout* layout = nullptr;
-  ExpertFetcher* fetcher = nullptr;    // stream installs: makes missing experts local first
-  ExpertStreamer* streamer = nullptr;  // experts read from disk; null: the mapped spans
+  ExpertSource* source = nullptr;  // the experts' spans (weights/expert_source.h)
   // Router lookahead: the next MoE layer, whose router is applied to this layer's input to guess
   // (and prefetch) its experts while this layer computes. Null: no lookahead.
   const MoeWeights* next = nullptr;
@@ -70,8 +69,8 @@ void PrefetchGuess(const ModelConfig& c, const MoeWeights& next, int64_t next_la
                    const ExpertAccess& access, const float* x, int64_t n, FfnScratch* s);
 
 // out[n, H] = LatentMoE(x) + shared(x) for MoE layer `layer`. Routes are left in s->ids /
-// s->weights; expert loads are counted in access.stats. Fails only when a stream install cannot
-// fetch an expert.
+// s->weights; expert loads are counted in access.stats. Fails when the source cannot deliver an
+// expert (a failed read, or a stream install that cannot fetch it).
 Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
                   const ExpertAccess& access, const float* x, int64_t n, FfnScratch* s, float* out);
 

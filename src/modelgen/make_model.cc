@@ -26,11 +26,11 @@
 #include "format/checkpoint.h"
 #include "format/safetensors.h"
 #include "io/durable_file.h"
-#include "model/config.h"
-#include "model/tensor_roster.h"
 #include "modelgen/bpe_vocab.h"
 #include "quant/bf16.h"
 #include "quant/mxfp4.h"
+#include "weights/config.h"
+#include "weights/tensor_roster.h"
 
 namespace deltafin {
 

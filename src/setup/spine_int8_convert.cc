@@ -15,10 +15,10 @@
 #include "io/durable_file.h"
 #include "io/mapped_file.h"
 #include "io/sha256.h"
-#include "model/spine_int8.h"
 #include "quant/row_int8.h"
 #include "setup/hash.h"
 #include "setup/manifest.h"
+#include "weights/spine_int8.h"
 
 namespace deltafin::setup {
 

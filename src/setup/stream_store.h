@@ -27,13 +27,13 @@
 
 #include "base/status.h"
 #include "deltafin/expert_fetcher.h"
-#include "model/config.h"
-#include "model/weights.h"
 #include "net/http_client.h"
 #include "setup/expert_log.h"
 #include "setup/manifest.h"
 #include "setup/progress.h"
 #include "setup/shard_layout.h"
+#include "weights/config.h"
+#include "weights/weights.h"
 
 namespace deltafin::setup {
 

@@ -15,15 +15,15 @@
 
 #include "cli_runner.h"
 #include "deltafin/engine.h"
-#include "experts/expert_streamer.h"
 #include "format/checkpoint.h"
-#include "model/config.h"
 #include "model/linear.h"
-#include "model/spine_int8.h"
-#include "model/weights.h"
 #include "quant/bf16.h"
 #include "quant/row_int8.h"
 #include "unit/test_files.h"
+#include "weights/config.h"
+#include "weights/expert_streamer.h"
+#include "weights/spine_int8.h"
+#include "weights/weights.h"
 
 namespace deltafin::testing {
 namespace {

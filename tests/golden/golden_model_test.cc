@@ -14,12 +14,12 @@
 #include <set>
 
 #include "deltafin/engine.h"
-#include "experts/expert_streamer.h"
 #include "golden/golden_data.h"
 #include "model/forward.h"
-#include "model/spine_ring.h"
-#include "model/weights.h"
 #include "unit/test_files.h"
+#include "weights/expert_streamer.h"
+#include "weights/spine_ring.h"
+#include "weights/weights.h"
 
 namespace deltafin::testing {
 extern std::atomic<uint64_t> g_allocations;
@@ -457,7 +457,7 @@ TEST(SpineRing, AShortReadNamesLayerTensorFileAndOffsetAndIsReadAgain) {
   auto ring = SpineRing::Create(**weights, o);
   ASSERT_TRUE(ring.ok()) << ring.status().message();
   ForwardPass pass(**weights, 8, 64);
-  pass.SetSpineRing(ring->get());
+  pass.SetSpineSource(ring->get());
   const std::vector<int32_t> prompt = {632, 304, 32};
   std::vector<float> logits(prompt.size() * static_cast<size_t>((*weights)->config.vocab_size));
   const Status st = pass.Run(prompt.data(), 3, true, logits.data());
@@ -472,7 +472,7 @@ TEST(SpineRing, AShortReadNamesLayerTensorFileAndOffsetAndIsReadAgain) {
     out.write(original.data(), static_cast<std::streamsize>(original.size()));
   }
   ForwardPass again(**weights, 8, 64), plain(**weights, 8, 64);
-  again.SetSpineRing(ring->get());
+  again.SetSpineSource(ring->get());
   std::vector<float> want(logits.size());
   ASSERT_TRUE(plain.Run(prompt.data(), 3, true, want.data()).ok());
   const Status retry = again.Run(prompt.data(), 3, true, logits.data());
@@ -503,8 +503,8 @@ TEST(SpineRing, MatchesTheMappedSpineForEveryDepthAndPinSet) {
       ASSERT_TRUE(ring.ok()) << ring.status().message();
       EXPECT_EQ((*ring)->depth(), depth);
       ForwardPass plain(w, 8, 64), a(w, 8, 64), b(w, 8, 64);
-      a.SetSpineRing(ring->get());
-      b.SetSpineRing(ring->get());
+      a.SetSpineSource(ring->get());
+      b.SetSpineSource(ring->get());
       std::vector<float> want(prompt.size() * vocab), got(prompt.size() * vocab);
       ASSERT_TRUE(plain.Run(prompt.data(), 5, true, want.data()).ok());
       for (ForwardPass* f : {&a, &b}) {

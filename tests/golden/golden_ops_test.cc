@@ -8,8 +8,8 @@
 #include "model/kda.h"
 #include "model/mla.h"
 #include "model/ops.h"
-#include "model/weights.h"
 #include "quant/mxfp4.h"
+#include "weights/weights.h"
 
 namespace deltafin {
 namespace {

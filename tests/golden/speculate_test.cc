@@ -19,11 +19,11 @@
 
 #include "deltafin/engine.h"
 #include "deltafin/sampler.h"
-#include "experts/expert_streamer.h"
 #include "golden/golden_data.h"
 #include "model/forward.h"
-#include "model/weights.h"
 #include "modelgen/make_model.h"
+#include "weights/expert_streamer.h"
+#include "weights/weights.h"
 
 namespace deltafin::testing {
 extern std::atomic<uint64_t> g_allocations;

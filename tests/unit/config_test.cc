@@ -2,7 +2,7 @@
 // config and a full K3 config (spec §1, built in-test) parse to the expected values; every missing
 // field, wrong type, unsupported value and broken layer schedule is refused with a message that
 // names the field; and a config with K3's hidden size must match every other K3 number.
-#include "model/config.h"
+#include "weights/config.h"
 
 #include <gtest/gtest.h>
 

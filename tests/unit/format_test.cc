@@ -19,9 +19,9 @@
 
 #include "format/checkpoint.h"
 #include "format/safetensors.h"
-#include "model/config.h"
-#include "model/tensor_roster.h"
 #include "unit/test_files.h"
+#include "weights/config.h"
+#include "weights/tensor_roster.h"
 
 namespace deltafin {
 namespace {

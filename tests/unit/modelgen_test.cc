@@ -20,13 +20,13 @@
 
 #include "format/checkpoint.h"
 #include "io/mapped_file.h"
-#include "model/config.h"
-#include "model/tensor_roster.h"
 #include "modelgen/bpe_vocab.h"
 #include "modelgen/make_model.h"
 #include "quant/bf16.h"
 #include "quant/mxfp4.h"
 #include "unit/test_files.h"
+#include "weights/config.h"
+#include "weights/tensor_roster.h"
 
 namespace deltafin {
 namespace {

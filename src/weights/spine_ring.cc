@@ -1,4 +1,4 @@
-#include "model/spine_ring.h"
+#include "weights/spine_ring.h"
 
 #include <algorithm>
 #include <cstring>

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "model/weights.h"
+#include "weights/weights.h"
 
 namespace deltafin {
 

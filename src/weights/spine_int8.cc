@@ -1,4 +1,4 @@
-#include "model/spine_int8.h"
+#include "weights/spine_int8.h"
 
 #include <cmath>
 #include <cstdio>
@@ -10,8 +10,8 @@
 
 #include "io/mapped_file.h"
 #include "io/sha256.h"
-#include "model/tensor_roster.h"
 #include "quant/row_int8.h"
+#include "weights/tensor_roster.h"
 
 namespace deltafin {
 

@@ -1,4 +1,4 @@
-#include "experts/expert_streamer.h"
+#include "weights/expert_streamer.h"
 
 #include <sys/mman.h>
 
@@ -10,7 +10,7 @@
 
 #include "base/check.h"
 #include "io/direct_file.h"
-#include "model/tensor_roster.h"
+#include "weights/tensor_roster.h"
 
 namespace deltafin {
 
@@ -276,9 +276,9 @@ void ExpertStreamer::CancelStaleGuessesLocked(int64_t layer, SessionStats* stats
   prefetch_q_.resize(kept);
 }
 
-void ExpertStreamer::Begin(int64_t layer, std::span<const int32_t> experts, SessionStats* stats) {
+Status ExpertStreamer::Begin(int64_t layer, std::span<const int32_t> experts, SessionStats* stats) {
   std::unique_lock<std::mutex> lock(mu_);
-  DF_CHECK(static_cast<int64_t>(experts.size()) <= max_pinned(), "%zu experts", experts.size());
+  DF_CHECK(static_cast<int64_t>(experts.size()) <= max_batch(), "%zu experts", experts.size());
   io_stats_ = stats;
   current_.clear();
   consumed_.assign(experts.size(), 0);
@@ -315,7 +315,7 @@ void ExpertStreamer::Begin(int64_t layer, std::span<const int32_t> experts, Sess
       x.prefetched = false;
     } else {
       // Slots outside this Begin are unpinned, and guesses hold at most a quarter of them plus
-      // one per I/O thread, so one is found (max_pinned()).
+      // one per I/O thread, so one is found (max_batch()).
       s = TakeSlotLocked(false);
       DF_CHECK(s >= 0, "no expert slot free");
       QueueReadLocked(s, key, &demand_q_, stats);
@@ -327,9 +327,10 @@ void ExpertStreamer::Begin(int64_t layer, std::span<const int32_t> experts, Sess
   CancelStaleGuessesLocked(layer, stats);
   lock.unlock();
   if (queued) work_cv_.notify_all();
+  return Status::Ok();
 }
 
-Result<ExpertStreamer::Ready> ExpertStreamer::WaitAny(SessionStats* stats) {
+Result<ExpertSource::Ready> ExpertStreamer::WaitAny(SessionStats* stats) {
   std::unique_lock<std::mutex> lock(mu_);
   std::chrono::steady_clock::time_point start;
   bool waited = false;

@@ -1,12 +1,12 @@
-#include "model/weights.h"
+#include "weights/weights.h"
 
 #include <cmath>
 #include <unordered_map>
 #include <utility>
 
-#include "model/tensor_roster.h"
 #include "quant/bf16.h"
 #include "quant/mxfp4.h"
+#include "weights/tensor_roster.h"
 
 namespace deltafin {
 

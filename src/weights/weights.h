@@ -17,7 +17,7 @@
 #include "base/status.h"
 #include "format/checkpoint.h"
 #include "io/mapped_file.h"
-#include "model/config.h"
+#include "weights/config.h"
 
 namespace deltafin {
 

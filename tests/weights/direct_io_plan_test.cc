@@ -8,9 +8,9 @@
 #include <fstream>
 #include <vector>
 
-#include "experts/memory_plan.h"
 #include "io/direct_file.h"
 #include "unit/test_files.h"
+#include "weights/memory_plan.h"
 
 namespace deltafin {
 namespace {

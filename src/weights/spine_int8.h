@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "base/status.h"
-#include "model/weights.h"
 #include "tensor/dtype.h"
+#include "weights/weights.h"
 
 namespace deltafin {
 

@@ -1,4 +1,4 @@
-#include "experts/memory_plan.h"
+#include "weights/memory_plan.h"
 
 #include <unistd.h>
 

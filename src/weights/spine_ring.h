@@ -36,7 +36,8 @@
 #include "base/aligned_buffer.h"
 #include "base/status.h"
 #include "io/direct_file.h"
-#include "model/weights.h"
+#include "weights/spine_source.h"
+#include "weights/weights.h"
 
 namespace deltafin {
 
@@ -48,7 +49,7 @@ struct SpineRingOptions {
   std::vector<bool> pinned;
 };
 
-class SpineRing {
+class SpineRing final : public SpineSource {
  public:
   static constexpr uint64_t kChunkBytes = uint64_t{1} << 20;
   static constexpr uint64_t kMaxGap = uint64_t{256} << 10;
@@ -57,24 +58,24 @@ class SpineRing {
   // readers. Fails naming the file on any read error.
   static Result<std::unique_ptr<SpineRing>> Create(const ModelWeights& weights,
                                                    const SpineRingOptions& options);
-  ~SpineRing();
+  ~SpineRing() override;
   SpineRing(const SpineRing&) = delete;
   SpineRing& operator=(const SpineRing&) = delete;
 
   // Groups 0..layers-1 are the decoder layers, tail_group() the lm_head.
-  int64_t tail_group() const { return static_cast<int64_t>(groups_.size()) - 1; }
+  int64_t tail_group() const override { return static_cast<int64_t>(groups_.size()) - 1; }
   // Waits until group g is in RAM (reading it first when the pass asked out of the predicted
   // order) and queues the reads of the streamed groups that follow it. `bytes_read`: bytes this
   // call's group cost the disk, the first time it is acquired after being read. Until the next
   // Acquire, layer(g) / lm_head() of this group stay valid. An I/O error names the layer, tensor,
   // file and offset; the failed group is read again on the next call.
-  Status Acquire(int64_t group, uint64_t* bytes_read);
+  Status Acquire(int64_t group, uint64_t* bytes_read) override;
   // The layer as the model should see it; valid for the group acquired last and for pinned ones.
-  const LayerWeights& layer(int64_t i) const { return layers_[static_cast<size_t>(i)]; }
-  const SpineMatrix& lm_head() const { return lm_head_; }
+  const LayerWeights& layer(int64_t i) const override { return layers_[static_cast<size_t>(i)]; }
+  const SpineMatrix& lm_head() const override { return lm_head_; }
   // Layer i when it is already in RAM (pinned, or read and acquired-ready), else null. Does not
   // wait: the post-attention router lookahead uses it to guess only when it costs no wait.
-  const LayerWeights* ReadyLayer(int64_t i);
+  const LayerWeights* ReadyLayer(int64_t i) override;
 
   int depth() const { return static_cast<int>(slots_.size()); }
   uint64_t slot_bytes() const { return slot_bytes_; }

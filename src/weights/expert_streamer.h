@@ -29,7 +29,8 @@
 
 #include "base/status.h"
 #include "deltafin/engine.h"
-#include "model/weights.h"
+#include "weights/expert_source.h"
+#include "weights/weights.h"
 
 namespace deltafin {
 
@@ -62,7 +63,7 @@ struct ExpertStreamOptions {
   bool verify_scales = true;  // check every scale byte of every expert read lies in [2, 252]
 };
 
-class ExpertStreamer {
+class ExpertStreamer final : public ExpertSource {
  public:
   static constexpr int kMaxIoThreads = 64;
   // Slots a decode step needs at least: one layer's experts pinned, plus room for guesses (a
@@ -78,31 +79,28 @@ class ExpertStreamer {
   static Result<std::unique_ptr<ExpertStreamer>> Create(const ModelWeights& weights,
                                                         const ExpertStreamOptions& options,
                                                         std::unique_ptr<ExpertSpanReader> reader);
-  ~ExpertStreamer();
+  ~ExpertStreamer() override;
   ExpertStreamer(const ExpertStreamer&) = delete;
   ExpertStreamer& operator=(const ExpertStreamer&) = delete;
 
   int64_t num_slots() const { return static_cast<int64_t>(slots_.size()); }
   // Most experts one Begin may pin (the rest of the slots stay for prefetch).
-  int64_t max_pinned() const { return num_slots() - num_slots() / 4 - options_.io_threads; }
+  int64_t max_batch() const override { return num_slots() - num_slots() / 4 - options_.io_threads; }
   const char* read_mode() const { return reader_->ModeName(); }
 
-  // Pins experts[0..m) of `layer` (m <= max_pinned(), distinct), queueing reads for misses.
-  void Begin(int64_t layer, std::span<const int32_t> experts, SessionStats* stats);
+  // Pins experts[0..m) of `layer` (m <= max_batch(), distinct), queueing reads for misses.
+  Status Begin(int64_t layer, std::span<const int32_t> experts, SessionStats* stats) override;
   // An expert of the current Begin: its position in the Begin list and its span.
-  struct Ready {
-    int64_t index;
-    const uint8_t* data;
-  };
   // Blocks until some expert of the current Begin that no WaitAny returned yet is in RAM (the
   // lowest index among those ready) and returns it. Lets the caller compute cached experts
   // while the misses load. An expert whose read failed is returned as that error.
-  Result<Ready> WaitAny(SessionStats* stats);
+  Result<Ready> WaitAny(SessionStats* stats) override;
   // Unpins the current Begin's experts.
-  void End();
+  void End() override;
   // Queues reads of the guessed experts of `layer` that are neither cached nor queued, as far as
   // unpinned slots allow without evicting anything pinned or queued.
-  void Prefetch(int64_t layer, std::span<const int32_t> experts, SessionStats* stats);
+  bool takes_guesses() const override { return true; }
+  void Prefetch(int64_t layer, std::span<const int32_t> experts, SessionStats* stats) override;
 
  private:
   enum class SlotState : uint8_t { kFree, kQueued, kReading, kReady, kFailed };

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
 #include "tensor/dtype.h"
+#include "weights/config.h"
 
 namespace deltafin {
 

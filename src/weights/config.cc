@@ -1,4 +1,4 @@
-#include "model/config.h"
+#include "weights/config.h"
 
 #include <cmath>
 #include <filesystem>

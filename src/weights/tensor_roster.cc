@@ -1,4 +1,4 @@
-#include "model/tensor_roster.h"
+#include "weights/tensor_roster.h"
 
 namespace deltafin {
 

@@ -18,12 +18,12 @@
 #include <thread>
 
 #include "deltafin/engine.h"
-#include "experts/expert_streamer.h"
 #include "golden/golden_data.h"
 #include "model/forward.h"
-#include "model/weights.h"
 #include "modelgen/make_model.h"
 #include "unit/test_files.h"
+#include "weights/expert_streamer.h"
+#include "weights/weights.h"
 
 namespace deltafin {
 namespace {
@@ -215,7 +215,7 @@ class StreamerFixture : public ::testing::Test {
   // One decode step through ForwardPass with the streamer; returns its status.
   Status Step() {
     ForwardPass fp(*weights_, 4, 64);
-    fp.SetExpertStreamer(streamer_.get(), EngineOptions::Lookahead::kBoth);
+    fp.SetExpertSource(streamer_.get(), EngineOptions::Lookahead::kBoth);
     const int32_t tokens[3] = {5, 17, 99};
     std::vector<float> logits(static_cast<size_t>(weights_->config.vocab_size));
     return fp.Run(tokens, 3, false, logits.data());
@@ -238,7 +238,7 @@ TEST_F(StreamerFixture, IoErrorNamesLayerExpertFileAndOffset) {
     reader_->fault = TestReader::Fault::kError;
     reader_->fault_offset = Offset(2, e);
     SessionStats stats;
-    streamer_->Begin(2, std::vector<int32_t>{e}, &stats);
+    ASSERT_TRUE(streamer_->Begin(2, std::vector<int32_t>{e}, &stats).ok());
     auto got = streamer_->WaitAny(&stats);
     streamer_->End();
     ASSERT_FALSE(got.ok());
@@ -252,7 +252,7 @@ TEST_F(StreamerFixture, IoErrorNamesLayerExpertFileAndOffset) {
   // The failed slot is dropped: the next use reads it again and succeeds.
   reader_->fault = TestReader::Fault::kNone;
   SessionStats stats;
-  streamer_->Begin(2, std::vector<int32_t>{0}, &stats);
+  ASSERT_TRUE(streamer_->Begin(2, std::vector<int32_t>{0}, &stats).ok());
   EXPECT_TRUE(streamer_->WaitAny(&stats).ok());
   streamer_->End();
   EXPECT_EQ(stats.expert_cache_hits, 0u);
@@ -275,7 +275,7 @@ TEST_F(StreamerFixture, CorruptScaleByteIsCaught) {
   reader_->fault_offset = Offset(1, 4);
   reader_->scale_offset = weights_->expert_layout.w2_scale + 3;
   SessionStats stats;
-  streamer_->Begin(1, std::vector<int32_t>{4}, &stats);
+  ASSERT_TRUE(streamer_->Begin(1, std::vector<int32_t>{4}, &stats).ok());
   auto got = streamer_->WaitAny(&stats);
   streamer_->End();
   ASSERT_FALSE(got.ok());
@@ -295,7 +295,7 @@ TEST_F(StreamerFixture, TruncatedShardIsAShortReadError) {
   const std::string path = reader_->ShardPath(shard);
   std::filesystem::resize_file(path, Offset(8, 0) + 100);
   SessionStats stats;
-  streamer_->Begin(8, std::vector<int32_t>{0}, &stats);
+  ASSERT_TRUE(streamer_->Begin(8, std::vector<int32_t>{0}, &stats).ok());
   auto got = streamer_->WaitAny(&stats);
   streamer_->End();
   ASSERT_FALSE(got.ok());
@@ -308,13 +308,13 @@ TEST_F(StreamerFixture, TruncatedShardIsAShortReadError) {
 TEST_F(StreamerFixture, CacheHitsPrefetchHitsAndCancelledGuesses) {
   SessionStats stats;
   // A miss, then a hit.
-  streamer_->Begin(1, std::vector<int32_t>{0, 1}, &stats);
+  ASSERT_TRUE(streamer_->Begin(1, std::vector<int32_t>{0, 1}, &stats).ok());
   ASSERT_TRUE(streamer_->WaitAny(&stats).ok());
   ASSERT_TRUE(streamer_->WaitAny(&stats).ok());
   streamer_->End();
   EXPECT_EQ(stats.expert_loads, 2u);
   EXPECT_EQ(stats.expert_cache_hits, 0u);
-  streamer_->Begin(1, std::vector<int32_t>{1}, &stats);
+  ASSERT_TRUE(streamer_->Begin(1, std::vector<int32_t>{1}, &stats).ok());
   ASSERT_TRUE(streamer_->WaitAny(&stats).ok());
   streamer_->End();
   EXPECT_EQ(stats.expert_cache_hits, 1u);
@@ -326,7 +326,7 @@ TEST_F(StreamerFixture, CacheHitsPrefetchHitsAndCancelledGuesses) {
   reader_->WaitForReads(before + 1);
   EXPECT_EQ(stats.prefetch_issued, 3u);
   // Layer 2 routes to 5 (in flight: a prefetch hit) and 9 (a miss); 6 and 7 are cancelled.
-  streamer_->Begin(2, std::vector<int32_t>{5, 9}, &stats);
+  ASSERT_TRUE(streamer_->Begin(2, std::vector<int32_t>{5, 9}, &stats).ok());
   EXPECT_EQ(stats.prefetch_wasted, 2u);
   reader_->Release();
   ASSERT_TRUE(streamer_->WaitAny(&stats).ok());
@@ -349,7 +349,7 @@ TEST_F(StreamerFixture, EveryLookaheadModeGivesTheMappedLogits) {
   using L = EngineOptions::Lookahead;
   for (L mode : {L::kOff, L::kLayerOutput, L::kPostAttention, L::kBoth}) {
     ForwardPass fp(*weights_, 4, 64);
-    fp.SetExpertStreamer(streamer_.get(), mode);
+    fp.SetExpertSource(streamer_.get(), mode);
     std::vector<float> got(vocab * 4);
     ASSERT_TRUE(fp.Run(tokens, 4, true, got.data()).ok());
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);

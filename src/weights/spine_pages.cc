@@ -1,4 +1,4 @@
-#include "model/spine_pages.h"
+#include "weights/spine_pages.h"
 
 #include <unistd.h>
 
