@@ -7,7 +7,7 @@
 // Engine::Plan for each scenario's memory plan, and prints what this computes. It models what the
 // engine does today: a spine that does not fit pins what the memory plan allows and streams the
 // rest every token with direct reads that run ahead of the layers, sharing the disk with the
-// expert reads (model/spine_ring.h); experts stream through an
+// expert reads (weights/spine_ring.h); experts stream through an
 // LRU cache that flat routing hits about as often as its share of all experts, and the router
 // lookahead hides most of the expert reads behind compute.
 #pragma once
@@ -22,7 +22,7 @@ namespace deltafin::cli {
 struct MachineProfile {
   std::string name;  // "measured", "m1-max", or the profile file
   // Direct reads of expert-size spans at the engine's queue depth: the routed experts' rate, and
-  // a streamed spine's (model/spine_ring.h reads it the same way, in 1 MiB chunks).
+  // a streamed spine's (weights/spine_ring.h reads it the same way, in 1 MiB chunks).
   double expert_read_bps = 0;
   double memory_bps = 0;         // plain read stream, all threads
   double bf16_bps = 0;           // BF16 matrix-vector weight bytes/s, weights cold, all threads

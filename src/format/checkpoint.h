@@ -7,7 +7,7 @@
 // shard exactly once and every shard 1..total must be present.
 //
 // This module knows containers, not models: which tensors must exist with which shapes is decided
-// by model/weights.cc.
+// by weights/weights.cc.
 #pragma once
 
 #include <cstdint>

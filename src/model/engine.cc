@@ -13,6 +13,7 @@
 #include "model/forward.h"
 #include "weights/expert_source.h"
 #include "weights/expert_streamer.h"
+#include "weights/io_scheduler.h"
 #include "weights/memory_plan.h"
 #include "weights/spine_int8.h"
 #include "weights/spine_pages.h"
@@ -26,6 +27,9 @@ struct Engine::Impl {
   EngineOptions options;
   ModelInfo info;
   std::unique_ptr<ModelWeights> weights;
+  // Every read of a streamed spine and of streamed experts, by priority (weights/io_scheduler.h).
+  // Declared before its queues, so it is destroyed after they detach.
+  std::unique_ptr<IoScheduler> io_scheduler;
   // Streamed experts: one cache for all sessions, which therefore run one at a time.
   std::unique_ptr<ExpertStreamer> streamer;
   std::mutex stream_mutex;
@@ -299,8 +303,10 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
     so.cache_bytes = plan.memory.expert_cache_bytes;
     so.io_threads = options.io_threads;
     so.verify_scales = options.verify_expert_reads;
-    DF_ASSIGN_OR_RETURN(impl->streamer,
-                        ExpertStreamer::Create(*impl->weights, so, std::move(reader)));
+    impl->io_scheduler = std::make_unique<IoScheduler>(options.io_threads);
+    DF_ASSIGN_OR_RETURN(
+        impl->streamer,
+        ExpertStreamer::Create(*impl->weights, so, std::move(reader), impl->io_scheduler.get()));
     plan.info.expert_read_mode = impl->streamer->read_mode();
   }
   if (!plan.memory.spine_resident) {
@@ -309,7 +315,11 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
     ro.readers = options.io_threads;
     ro.read_mode = options.direct_io ? ReadMode::kDirect : ReadMode::kBuffered;
     ro.pinned = plan.memory.spine_pinned;
-    DF_ASSIGN_OR_RETURN(impl->spine_ring, SpineRing::Create(*impl->weights, ro));
+    if (impl->io_scheduler == nullptr) {
+      impl->io_scheduler = std::make_unique<IoScheduler>(options.io_threads);
+    }
+    DF_ASSIGN_OR_RETURN(impl->spine_ring,
+                        SpineRing::Create(*impl->weights, ro, impl->io_scheduler.get()));
     // The ring's actual slots include alignment and the small tensors between matrices; the
     // plan allowed for both. More would mean the plan under-counted: say so rather than exceed.
     if (impl->spine_ring->slot_bytes() > plan.memory.spine_ring_slot_bytes) {

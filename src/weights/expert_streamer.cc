@@ -125,7 +125,7 @@ ExpertStreamer::ExpertStreamer(const ModelWeights& weights, const ExpertStreamOp
 
 Result<std::unique_ptr<ExpertStreamer>> ExpertStreamer::Create(
     const ModelWeights& weights, const ExpertStreamOptions& options,
-    std::unique_ptr<ExpertSpanReader> reader) {
+    std::unique_ptr<ExpertSpanReader> reader, IoScheduler* scheduler) {
   const ModelConfig& c = weights.config;
   if (options.io_threads < 1 || options.io_threads > kMaxIoThreads) {
     return Status::Error("io threads must be in [1, " + std::to_string(kMaxIoThreads) + "]");
@@ -181,18 +181,19 @@ Result<std::unique_ptr<ExpertStreamer>> ExpertStreamer::Create(
     s->slots_[i].buffer = s->arena_ + i * slot_bytes;
     s->free_.push_back(static_cast<int32_t>(n_slots - 1 - i));
   }
-  for (int t = 0; t < options.io_threads; ++t)
-    s->io_threads_.emplace_back([p = s.get()] { p->IoLoop(); });
+  if (scheduler == nullptr) {
+    s->own_scheduler_ = std::make_unique<IoScheduler>(options.io_threads);
+    scheduler = s->own_scheduler_.get();
+  }
+  s->scheduler_ = scheduler;
+  scheduler->Attach(s.get());
   return s;
 }
 
 ExpertStreamer::~ExpertStreamer() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  work_cv_.notify_all();
-  for (auto& t : io_threads_) t.join();
+  // No scheduler thread is inside Take or Run after this, so the slots can go.
+  if (scheduler_ != nullptr) scheduler_->Detach(this);
+  own_scheduler_.reset();
   std::free(arena_);
 }
 
@@ -326,7 +327,7 @@ Status ExpertStreamer::Begin(int64_t layer, std::span<const int32_t> experts, Se
   }
   CancelStaleGuessesLocked(layer, stats);
   lock.unlock();
-  if (queued) work_cv_.notify_all();
+  if (queued) scheduler_->Notify();
   return Status::Ok();
 }
 
@@ -391,43 +392,46 @@ void ExpertStreamer::Prefetch(int64_t layer, std::span<const int32_t> experts,
     queued = true;
   }
   lock.unlock();
-  if (queued) work_cv_.notify_all();
+  if (queued) scheduler_->Notify();
 }
 
-void ExpertStreamer::IoLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    work_cv_.wait(lock, [&] { return stop_ || !demand_q_.empty() || !prefetch_q_.empty(); });
-    if (stop_) return;
-    std::vector<int32_t>& q = demand_q_.empty() ? prefetch_q_ : demand_q_;
-    const int32_t s = q.front();
-    q.erase(q.begin());
-    Slot& x = slots_[static_cast<size_t>(s)];
-    x.state = SlotState::kReading;
-    const int32_t key = x.key;
-    lock.unlock();
-    const int shard = location_shard_[static_cast<size_t>(key)];
-    const uint64_t offset = location_offset_[static_cast<size_t>(key)];
-    auto data = reader_->Read(shard, offset, layout_.bytes, x.buffer,
-                              static_cast<size_t>(SlotBytes(w_.config)));
-    Status status = data.ok() ? Status::Ok() : data.status();
-    const int64_t layer = key / num_experts_, expert = key % num_experts_;
-    if (status.ok() && options_.verify_scales) {
-      status = AuditExpertScales(w_.config, layout_, *data, layer, expert);
-    }
-    lock.lock();
-    if (status.ok()) {
-      x.data = *data;
-      x.state = SlotState::kReady;
-    } else {
-      x.error = "layer " + std::to_string(layer) + " expert " + std::to_string(expert) + " (" +
-                reader_->ShardPath(shard) + ", offset " + std::to_string(offset) + ", " +
-                std::to_string(layout_.bytes) + " bytes): " + status.message();
-      x.state = SlotState::kFailed;
-    }
-    if (!x.pinned) LruPushLocked(s);  // a guess, or a demand read whose layer gave up
-    done_cv_.notify_all();
+bool ExpertStreamer::Take(IoPriority priority, int64_t* ticket) {
+  if (priority == IoPriority::kSpine) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int32_t>& q = priority == IoPriority::kExpertDemand ? demand_q_ : prefetch_q_;
+  if (q.empty()) return false;
+  const int32_t s = q.front();
+  q.erase(q.begin());
+  slots_[static_cast<size_t>(s)].state = SlotState::kReading;
+  *ticket = s;
+  return true;
+}
+
+void ExpertStreamer::Run(int64_t ticket) {
+  const auto s = static_cast<int32_t>(ticket);
+  Slot& x = slots_[static_cast<size_t>(s)];
+  const int32_t key = x.key;  // fixed while the slot is kReading
+  const int shard = location_shard_[static_cast<size_t>(key)];
+  const uint64_t offset = location_offset_[static_cast<size_t>(key)];
+  auto data = reader_->Read(shard, offset, layout_.bytes, x.buffer,
+                            static_cast<size_t>(SlotBytes(w_.config)));
+  Status status = data.ok() ? Status::Ok() : data.status();
+  const int64_t layer = key / num_experts_, expert = key % num_experts_;
+  if (status.ok() && options_.verify_scales) {
+    status = AuditExpertScales(w_.config, layout_, *data, layer, expert);
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (status.ok()) {
+    x.data = *data;
+    x.state = SlotState::kReady;
+  } else {
+    x.error = "layer " + std::to_string(layer) + " expert " + std::to_string(expert) + " (" +
+              reader_->ShardPath(shard) + ", offset " + std::to_string(offset) + ", " +
+              std::to_string(layout_.bytes) + " bytes): " + status.message();
+    x.state = SlotState::kFailed;
+  }
+  if (!x.pinned) LruPushLocked(s);  // a guess, or a demand read whose layer gave up
+  done_cv_.notify_all();
 }
 
 }  // namespace deltafin

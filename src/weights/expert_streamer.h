@@ -1,8 +1,10 @@
 // ExpertStreamer: routed experts read from disk on demand into a byte-budgeted RAM cache, with
-// best-effort prefetch (DESIGN.md §3, issue "expert streaming").
+// best-effort prefetch (DESIGN.md §3, issue "expert streaming"). Its reads run on the engine's
+// IoScheduler (weights/io_scheduler.h): demand reads at the highest priority, guesses at the
+// lowest, with a streamed spine's reads between them.
 //
 // The cache is a fixed set of slots, each an aligned buffer that holds one expert span (the six
-// contiguous tensors, spec §2.8) read with one positional read. A pool of I/O threads drains two
+// contiguous tensors, spec §2.8) read with one positional read. The scheduler's threads drain two
 // queues: demand reads (experts a layer needs now) before prefetch reads (guesses). The forward
 // pass, for each MoE layer:
 //   Begin(layer, experts)  hits stay, misses are queued (queued guesses for them are promoted,
@@ -24,12 +26,12 @@
 #include <mutex>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "base/status.h"
 #include "deltafin/engine.h"
 #include "weights/expert_source.h"
+#include "weights/io_scheduler.h"
 #include "weights/weights.h"
 
 namespace deltafin {
@@ -63,7 +65,7 @@ struct ExpertStreamOptions {
   bool verify_scales = true;  // check every scale byte of every expert read lies in [2, 252]
 };
 
-class ExpertStreamer final : public ExpertSource {
+class ExpertStreamer final : public ExpertSource, private IoQueue {
  public:
   static constexpr int kMaxIoThreads = 64;
   // Slots a decode step needs at least: one layer's experts pinned, plus room for guesses (a
@@ -76,9 +78,12 @@ class ExpertStreamer final : public ExpertSource {
     return static_cast<uint64_t>(MinSlots(c, io_threads)) * SlotBytes(c);
   }
 
+  // Reads run on `scheduler` (not owned; it must outlive the streamer) or, when null, on a
+  // scheduler of options.io_threads threads of the streamer's own.
   static Result<std::unique_ptr<ExpertStreamer>> Create(const ModelWeights& weights,
                                                         const ExpertStreamOptions& options,
-                                                        std::unique_ptr<ExpertSpanReader> reader);
+                                                        std::unique_ptr<ExpertSpanReader> reader,
+                                                        IoScheduler* scheduler = nullptr);
   ~ExpertStreamer() override;
   ExpertStreamer(const ExpertStreamer&) = delete;
   ExpertStreamer& operator=(const ExpertStreamer&) = delete;
@@ -117,8 +122,8 @@ class ExpertStreamer final : public ExpertSource {
 
   ExpertStreamer(const ModelWeights& weights, const ExpertStreamOptions& options,
                  std::unique_ptr<ExpertSpanReader> reader);
-  void IoLoop();
-  void ReadSlot(int32_t slot_index);
+  bool Take(IoPriority priority, int64_t* ticket) override;  // IoQueue
+  void Run(int64_t ticket) override;
   int32_t TakeSlotLocked(bool for_prefetch);  // a free or evicted slot; -1 if none
   void DropLocked(int32_t s);                 // back to the free list
   // Gives slot s to `key` and queues its read on `queue` (demand or prefetch).
@@ -140,16 +145,15 @@ class ExpertStreamer final : public ExpertSource {
   std::vector<int32_t> slot_of_;  // [layers * experts] slot index or -1
 
   std::mutex mu_;
-  std::condition_variable work_cv_;  // I/O threads wait for reads
   std::condition_variable done_cv_;  // the forward pass waits for slots
   std::vector<int32_t> free_;        // free slot indices
   std::vector<int32_t> demand_q_, prefetch_q_;
-  int32_t lru_head_ = -1, lru_tail_ = -1;  // unpinned ready/failed slots, head = oldest
-  std::vector<int32_t> current_;           // slots of the current Begin, in order
-  std::vector<uint8_t> consumed_;          // [current_.size()] returned by WaitAny
-  SessionStats* io_stats_ = nullptr;       // where completed reads are counted
-  bool stop_ = false;
-  std::vector<std::thread> io_threads_;
+  int32_t lru_head_ = -1, lru_tail_ = -1;       // unpinned ready/failed slots, head = oldest
+  std::vector<int32_t> current_;                // slots of the current Begin, in order
+  std::vector<uint8_t> consumed_;               // [current_.size()] returned by WaitAny
+  SessionStats* io_stats_ = nullptr;            // where completed reads are counted
+  std::unique_ptr<IoScheduler> own_scheduler_;  // when Create was given none
+  IoScheduler* scheduler_ = nullptr;
 };
 
 }  // namespace deltafin

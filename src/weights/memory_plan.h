@@ -27,7 +27,7 @@ struct MemoryNeeds {
   uint64_t session_bytes = 0;        // one session's state and working buffers
   uint64_t min_expert_cache = 0;     // the smallest cache streaming works with
   uint64_t largest_layer_spine = 0;  // the biggest layer's spine tensors (streamed spine)
-  // A streamed spine's groups (model/spine_ring.h): each decoder layer's spine tensors, then the
+  // A streamed spine's groups (weights/spine_ring.h): each decoder layer's spine tensors, then the
   // lm_head; and the ring depth asked for (--spine-readahead).
   std::vector<uint64_t> spine_groups;
   int spine_ring_depth = 2;

@@ -14,22 +14,7 @@ SpinePages::SpinePages(const ModelWeights& w, int readers) {
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& lw = w.layers[i];
     std::vector<Chunk>* g = &groups_[i];
-    if (lw.kind == AttentionKind::kKda) {
-      for (const SpineMatrix* m :
-           {&lw.kda.q_proj, &lw.kda.k_proj, &lw.kda.v_proj, &lw.kda.f_a_proj, &lw.kda.f_b_proj,
-            &lw.kda.b_proj, &lw.kda.g_proj, &lw.kda.o_proj})
-        Add(g, *m);
-    } else {
-      for (const SpineMatrix* m : {&lw.mla.q_a_proj, &lw.mla.q_b_proj, &lw.mla.kv_a_proj,
-                                   &lw.mla.kv_b_proj, &lw.mla.g_proj, &lw.mla.o_proj})
-        Add(g, *m);
-    }
-    const GatedFfnWeights& ffn = lw.is_moe ? lw.moe.shared : lw.dense;
-    for (const SpineMatrix* m : {&ffn.gate_proj, &ffn.up_proj, &ffn.down_proj}) Add(g, *m);
-    if (lw.is_moe) {
-      for (const SpineMatrix* m : {&lw.moe.router, &lw.moe.latent_down, &lw.moe.latent_up})
-        Add(g, *m);
-    }
+    ForEachSpineMatrix(lw, [&](const SpineMatrix& m, const char*) { Add(g, m); });
   }
   Add(&groups_.back(), w.lm_head);
   const size_t threads = static_cast<size_t>(std::max(readers, 1));

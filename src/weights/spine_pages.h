@@ -3,7 +3,7 @@
 // Used once at load when the spine is resident and the experts stream (Engine::Load, after
 // turning off fault read-around): a fault's read-around would otherwise also bring in the expert
 // bytes next to each spine tensor, page cache the memory plan did not count. A spine that does
-// not fit is not mapped for compute at all: it streams through model/spine_ring.h.
+// not fit is not mapped for compute at all: it streams through weights/spine_ring.h.
 // The matrices are cut into chunks of at most 1 MiB at construction; `readers` threads (the
 // caller among them) take chunks in turn, and for each one mincore() finds the missing pages,
 // madvise(MADV_WILLNEED) starts readahead over it and one byte per missing page is read, which

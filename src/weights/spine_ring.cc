@@ -11,6 +11,7 @@ namespace deltafin {
 namespace {
 
 constexpr uint64_t kAlign = DirectFile::kIoAlignment;
+constexpr size_t kMaxLayerMatrices = 16;  // ForEachSpineMatrix visits at most 14
 
 // Sizes `buffer` for `bytes` plus direct-read slack and returns its first 4 KiB-aligned byte
 // (AlignedBuffer aligns to a cache line only; O_DIRECT needs the block).
@@ -42,11 +43,16 @@ void CloneLayer(const ModelConfig& c, const LayerWeights& from, LayerWeights* to
   CopyBuffer(from.post_attn_norm, &to->post_attn_norm);
   CopyBuffer(from.attn_res_query, &to->attn_res_query);
   CopyBuffer(from.mlp_res_query, &to->mlp_res_query);
+  to->is_moe = from.is_moe;
+  // The matrices, pairwise over the one list (weights.h); both layers have the same kind.
+  const SpineMatrix* matrices[kMaxLayerMatrices];
+  size_t n = 0;
+  ForEachSpineMatrix(from, [&](const SpineMatrix& m, const char*) { matrices[n++] = &m; });
+  size_t i = 0;
+  ForEachSpineMatrix(*to, [&](SpineMatrix& m, const char*) { m = *matrices[i++]; });
+  // The small vectors: copied (mapped ones) or widened copies.
   const KdaWeights& k = from.kda;
   KdaWeights& tk = to->kda;
-  tk.q_proj = k.q_proj, tk.k_proj = k.k_proj, tk.v_proj = k.v_proj;
-  tk.f_a_proj = k.f_a_proj, tk.f_b_proj = k.f_b_proj, tk.b_proj = k.b_proj;
-  tk.g_proj = k.g_proj, tk.o_proj = k.o_proj;
   const int64_t conv = c.kda_width() * c.conv_kernel_size;
   tk.q_conv = CopySmall(k.q_conv, conv, small);
   tk.k_conv = CopySmall(k.k_conv, conv, small);
@@ -54,22 +60,12 @@ void CloneLayer(const ModelConfig& c, const LayerWeights& from, LayerWeights* to
   tk.dt_bias = CopySmall(k.dt_bias, c.kda_width(), small);
   tk.o_norm = CopySmall(k.o_norm, c.kda_head_dim, small);
   CopyBuffer(k.a_exp, &tk.a_exp);
-  const MlaWeights& m = from.mla;
-  MlaWeights& tm = to->mla;
-  tm.q_a_proj = m.q_a_proj, tm.q_b_proj = m.q_b_proj, tm.kv_a_proj = m.kv_a_proj;
-  tm.kv_b_proj = m.kv_b_proj, tm.g_proj = m.g_proj, tm.o_proj = m.o_proj;
-  CopyBuffer(m.q_a_norm, &tm.q_a_norm);
-  CopyBuffer(m.kv_a_norm, &tm.kv_a_norm);
-  to->is_moe = from.is_moe;
-  to->dense = from.dense;
+  CopyBuffer(from.mla.q_a_norm, &to->mla.q_a_norm);
+  CopyBuffer(from.mla.kv_a_norm, &to->mla.kv_a_norm);
   const MoeWeights& e = from.moe;
   MoeWeights& te = to->moe;
-  te.router = e.router;
   te.correction_bias = CopySmall(e.correction_bias, c.num_experts, small);
-  te.latent_down = e.latent_down;
   CopyBuffer(e.latent_norm, &te.latent_norm);
-  te.latent_up = e.latent_up;
-  te.shared = e.shared;
   te.expert_spans = e.expert_spans;
   te.expert_shard = e.expert_shard;
   te.expert_offsets = e.expert_offsets;
@@ -78,23 +74,23 @@ void CloneLayer(const ModelConfig& c, const LayerWeights& from, LayerWeights* to
 }  // namespace
 
 Result<std::unique_ptr<SpineRing>> SpineRing::Create(const ModelWeights& weights,
-                                                     const SpineRingOptions& options) {
+                                                     const SpineRingOptions& options,
+                                                     IoScheduler* scheduler) {
   std::unique_ptr<SpineRing> ring(new SpineRing());
   DF_RETURN_IF_ERROR(ring->Plan(weights, options));
-  const auto readers = static_cast<size_t>(std::max(options.readers, 1));
-  ring->readers_.reserve(readers);
-  for (size_t i = 0; i < readers; ++i)
-    ring->readers_.emplace_back([r = ring.get()] { r->ReaderLoop(); });
+  if (scheduler == nullptr) {
+    ring->own_scheduler_ = std::make_unique<IoScheduler>(std::max(options.readers, 1));
+    scheduler = ring->own_scheduler_.get();
+  }
+  ring->scheduler_ = scheduler;
+  scheduler->Attach(ring.get());
   return ring;
 }
 
 SpineRing::~SpineRing() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  work_.notify_all();
-  for (auto& t : readers_) t.join();
+  // No scheduler thread is inside Take or Run after this, so the slots can go.
+  if (scheduler_ != nullptr) scheduler_->Detach(this);
+  own_scheduler_.reset();
 }
 
 Status SpineRing::Plan(const ModelWeights& w, const SpineRingOptions& o) {
@@ -156,39 +152,11 @@ Status SpineRing::Plan(const ModelWeights& w, const SpineRingOptions& o) {
     LayerWeights& lw = layers_[i];
     Group* g = &groups_[i];
     const std::string p = "layer " + std::to_string(i) + " ";
-    if (lw.kind == AttentionKind::kKda) {
-      KdaWeights& k = lw.kda;
-      for (auto [m, name] : {std::pair{&k.q_proj, "kda.q_proj"},
-                             {&k.k_proj, "kda.k_proj"},
-                             {&k.v_proj, "kda.v_proj"},
-                             {&k.f_a_proj, "kda.f_a_proj"},
-                             {&k.f_b_proj, "kda.f_b_proj"},
-                             {&k.b_proj, "kda.b_proj"},
-                             {&k.g_proj, "kda.g_proj"},
-                             {&k.o_proj, "kda.o_proj"}}) {
-        DF_RETURN_IF_ERROR(add(g, m, p + name));
-      }
-    } else {
-      MlaWeights& a = lw.mla;
-      for (auto [m, name] : {std::pair{&a.q_a_proj, "mla.q_a_proj"},
-                             {&a.q_b_proj, "mla.q_b_proj"},
-                             {&a.kv_a_proj, "mla.kv_a_proj"},
-                             {&a.kv_b_proj, "mla.kv_b_proj"},
-                             {&a.g_proj, "mla.g_proj"},
-                             {&a.o_proj, "mla.o_proj"}}) {
-        DF_RETURN_IF_ERROR(add(g, m, p + name));
-      }
-    }
-    GatedFfnWeights& ffn = lw.is_moe ? lw.moe.shared : lw.dense;
-    const std::string f = lw.is_moe ? "shared_experts." : "mlp.";
-    DF_RETURN_IF_ERROR(add(g, &ffn.gate_proj, p + f + "gate_proj"));
-    DF_RETURN_IF_ERROR(add(g, &ffn.up_proj, p + f + "up_proj"));
-    DF_RETURN_IF_ERROR(add(g, &ffn.down_proj, p + f + "down_proj"));
-    if (lw.is_moe) {
-      DF_RETURN_IF_ERROR(add(g, &lw.moe.router, p + "router"));
-      DF_RETURN_IF_ERROR(add(g, &lw.moe.latent_down, p + "routed_expert_down_proj"));
-      DF_RETURN_IF_ERROR(add(g, &lw.moe.latent_up, p + "routed_expert_up_proj"));
-    }
+    Status st = Status::Ok();
+    ForEachSpineMatrix(lw, [&](SpineMatrix& m, const char* name) {
+      if (st.ok()) st = add(g, &m, p + name);
+    });
+    DF_RETURN_IF_ERROR(st);
   }
   DF_RETURN_IF_ERROR(add(&groups_.back(), &lm_head_, "lm_head"));
 
@@ -360,7 +328,11 @@ Status SpineRing::Acquire(int64_t group, uint64_t* bytes_read) {
     if (free_slot < 0) break;
     Queue(next, free_slot);
   }
-  if (task_count_ > 0) work_.notify_all();
+  if (task_count_ > 0) {
+    lock.unlock();  // the scheduler's lock comes before the ring's (io_scheduler.h)
+    scheduler_->Notify();
+    lock.lock();
+  }
   if (g.pinned) return Status::Ok();
   Slot& s = slots_[static_cast<size_t>(slot)];
   done_.wait(lock, [&] { return s.remaining == 0; });
@@ -386,32 +358,37 @@ const LayerWeights* SpineRing::ReadyLayer(int64_t i) {
   return &layers_[static_cast<size_t>(i)];
 }
 
-void SpineRing::ReaderLoop() {
-  for (;;) {
-    Task t;
-    int64_t group = 0;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      work_.wait(lock, [&] { return stop_ || task_count_ > 0; });
-      if (stop_) return;
-      t = tasks_[task_head_];
-      task_head_ = (task_head_ + 1) % tasks_.size();
-      --task_count_;
-      group = slots_[static_cast<size_t>(t.slot)].group;
-    }
-    Slot& s = slots_[static_cast<size_t>(t.slot)];
-    const Group& g = groups_[static_cast<size_t>(group)];
-    const Chunk& ch = g.chunks[static_cast<size_t>(t.chunk)];
-    const size_t room = s.capacity - static_cast<size_t>(ch.slot_offset);
-    auto got = files_[static_cast<size_t>(ch.file)].ReadSpan(ch.offset, ch.bytes,
-                                                             s.base + ch.slot_offset, room);
+bool SpineRing::Take(IoPriority priority, int64_t* ticket) {
+  if (priority != IoPriority::kSpine) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (task_count_ == 0) return false;
+  const Task t = tasks_[task_head_];
+  task_head_ = (task_head_ + 1) % tasks_.size();
+  --task_count_;
+  *ticket = (static_cast<int64_t>(t.slot) << 32) | t.chunk;
+  return true;
+}
+
+void SpineRing::Run(int64_t ticket) {
+  const auto slot = static_cast<size_t>(ticket >> 32);
+  const auto chunk = static_cast<size_t>(ticket & 0xffffffff);
+  Slot& s = slots_[slot];
+  int64_t group = 0;
+  {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!got.ok() && !s.failed) {
-      s.failed = true;
-      s.error = "spine " + *ch.tensor + ": " + got.status().message();
-    }
-    if (--s.remaining == 0) done_.notify_all();
+    group = s.group;
   }
+  const Group& g = groups_[static_cast<size_t>(group)];
+  const Chunk& ch = g.chunks[chunk];
+  const size_t room = s.capacity - static_cast<size_t>(ch.slot_offset);
+  auto got = files_[static_cast<size_t>(ch.file)].ReadSpan(ch.offset, ch.bytes,
+                                                           s.base + ch.slot_offset, room);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!got.ok() && !s.failed) {
+    s.failed = true;
+    s.error = "spine " + *ch.tensor + ": " + got.status().message();
+  }
+  if (--s.remaining == 0) done_.notify_all();
 }
 
 std::string SpineRing::Describe() const {

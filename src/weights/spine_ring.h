@@ -13,7 +13,8 @@
 //
 // A group's matrices are read as few extents as the shard layout allows: matrices adjacent in
 // one file (gaps up to kMaxGap, read along) become one extent, cut into chunks of kChunkBytes
-// that `readers` threads take in queue order. Slot layout, per group:
+// that the engine's IoScheduler (weights/io_scheduler.h) reads in queue order, after the current
+// layer's expert misses and before the router lookahead's guesses. Slot layout, per group:
 //   slot: [extent 0 (4 KiB-aligned file range) | extent 1 | ... | slack]
 //   matrix pointer = slot + extent's slot offset + (matrix file offset - extent file begin)
 // so a matrix keeps its file offset's alignment modulo 4 KiB, as it had when mapped.
@@ -30,12 +31,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "base/aligned_buffer.h"
 #include "base/status.h"
 #include "io/direct_file.h"
+#include "weights/io_scheduler.h"
 #include "weights/spine_source.h"
 #include "weights/weights.h"
 
@@ -43,21 +44,24 @@ namespace deltafin {
 
 struct SpineRingOptions {
   int depth = 2;    // ring slots: the group in use plus depth-1 read ahead (1: no read-ahead)
-  int readers = 4;  // reader threads (the disk queue depth)
+  int readers = 4;  // reader threads of the ring's own scheduler, when Create is given none
   ReadMode read_mode = ReadMode::kDirect;
   // [layers + 1] groups to read once and keep (layers, then the lm_head); empty: none.
   std::vector<bool> pinned;
 };
 
-class SpineRing final : public SpineSource {
+class SpineRing final : public SpineSource, private IoQueue {
  public:
   static constexpr uint64_t kChunkBytes = uint64_t{1} << 20;
   static constexpr uint64_t kMaxGap = uint64_t{256} << 10;
 
   // Opens the files, plans every group's extents, reads the pinned groups and starts the
   // readers. Fails naming the file on any read error.
+  // Reads run on `scheduler` (not owned; it must outlive the ring) or, when null, on a scheduler
+  // of options.readers threads of the ring's own.
   static Result<std::unique_ptr<SpineRing>> Create(const ModelWeights& weights,
-                                                   const SpineRingOptions& options);
+                                                   const SpineRingOptions& options,
+                                                   IoScheduler* scheduler = nullptr);
   ~SpineRing() override;
   SpineRing(const SpineRing&) = delete;
   SpineRing& operator=(const SpineRing&) = delete;
@@ -133,7 +137,8 @@ class SpineRing final : public SpineSource {
   void Queue(int64_t group, int slot);  // mutex_ held
   int SlotOf(int64_t group) const;      // mutex_ held; -1 when none
   int64_t NextStreamed(int64_t group) const;
-  void ReaderLoop();
+  bool Take(IoPriority priority, int64_t* ticket) override;  // IoQueue
+  void Run(int64_t ticket) override;
 
   std::vector<DirectFile> files_;
   std::vector<Group> groups_;
@@ -146,13 +151,12 @@ class SpineRing final : public SpineSource {
   ReadMode read_mode_ = ReadMode::kDirect;
 
   std::mutex mutex_;
-  std::condition_variable work_;  // readers: tasks_ not empty, or stop_
   std::condition_variable done_;  // Acquire: a slot's chunks all finished
   std::vector<Slot> slots_;
   std::vector<Task> tasks_;  // ring buffer of queued chunk reads (reserved: depth × chunks)
   size_t task_head_ = 0, task_count_ = 0;
-  bool stop_ = false;
-  std::vector<std::thread> readers_;
+  std::unique_ptr<IoScheduler> own_scheduler_;  // when Create was given none
+  IoScheduler* scheduler_ = nullptr;
 };
 
 }  // namespace deltafin

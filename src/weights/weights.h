@@ -98,6 +98,46 @@ struct LayerWeights {
   MoeWeights moe;
 };
 
+// Calls fn(matrix, name) for every spine matrix of one decoder layer — attention, the dense FFN or
+// the shared experts, then the router and latent projections of a MoE layer — in this fixed
+// order. The one list of a layer's matrices: the spine ring, the page-in and the ring's layer
+// copies all walk it, so a matrix added to LayerWeights is added here once. `Layer` is
+// LayerWeights or const LayerWeights; names are the tensors' suffixes ("kda.q_proj").
+template <typename Layer, typename Fn>
+void ForEachSpineMatrix(Layer& lw, Fn&& fn) {
+  if (lw.kind == AttentionKind::kKda) {
+    auto& k = lw.kda;
+    fn(k.q_proj, "kda.q_proj");
+    fn(k.k_proj, "kda.k_proj");
+    fn(k.v_proj, "kda.v_proj");
+    fn(k.f_a_proj, "kda.f_a_proj");
+    fn(k.f_b_proj, "kda.f_b_proj");
+    fn(k.b_proj, "kda.b_proj");
+    fn(k.g_proj, "kda.g_proj");
+    fn(k.o_proj, "kda.o_proj");
+  } else {
+    auto& a = lw.mla;
+    fn(a.q_a_proj, "mla.q_a_proj");
+    fn(a.q_b_proj, "mla.q_b_proj");
+    fn(a.kv_a_proj, "mla.kv_a_proj");
+    fn(a.kv_b_proj, "mla.kv_b_proj");
+    fn(a.g_proj, "mla.g_proj");
+    fn(a.o_proj, "mla.o_proj");
+  }
+  if (lw.is_moe) {
+    fn(lw.moe.shared.gate_proj, "shared_experts.gate_proj");
+    fn(lw.moe.shared.up_proj, "shared_experts.up_proj");
+    fn(lw.moe.shared.down_proj, "shared_experts.down_proj");
+    fn(lw.moe.router, "router");
+    fn(lw.moe.latent_down, "routed_expert_down_proj");
+    fn(lw.moe.latent_up, "routed_expert_up_proj");
+  } else {
+    fn(lw.dense.gate_proj, "mlp.gate_proj");
+    fn(lw.dense.up_proj, "mlp.up_proj");
+    fn(lw.dense.down_proj, "mlp.down_proj");
+  }
+}
+
 struct BindOptions {
   // Check every MXFP4 scale byte lies in [2, 252]. Reads all scale bytes, so it is a choice.
   bool audit_expert_scales = false;
@@ -112,7 +152,7 @@ struct ModelWeights {
   AlignedBuffer<float> tail_res_query;     // [H] output_attn_res_norm ⊙ output_attn_res_proj
   SpineMatrix lm_head;                     // [vocab, H]
   std::vector<LayerWeights> layers;
-  // Row-int8 spine (model/spine_int8.h): the mapped .i8 files and the widened row scales that the
+  // Row-int8 spine (weights/spine_int8.h): the mapped .i8 files and the widened row scales that the
   // matrices' q / q_scales point into. Empty in BF16 mode.
   std::vector<MappedFile> int8_files;
   std::vector<AlignedBuffer<float>> int8_scales;

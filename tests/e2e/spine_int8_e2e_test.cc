@@ -43,7 +43,7 @@ class SpineInt8E2e : public ::testing::Test {
     return run.output;
   }
   std::string Out(const std::string& name) const { return model_ + "/spine-int8/" + name; }
-  // Spec §3.6 targets, written out independently of model/spine_int8.cc.
+  // Spec §3.6 targets, written out independently of weights/spine_int8.cc.
   std::set<std::string> ExpectedTargets() const {
     auto ckpt = Checkpoint::Open(model_);
     EXPECT_TRUE(ckpt.ok());

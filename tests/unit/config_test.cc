@@ -1,4 +1,4 @@
-// Tests of ParseModelConfig (src/model/config.h): the golden tiny-k3 config, the spec §7 tiny
+// Tests of ParseModelConfig (src/weights/config.h): the golden tiny-k3 config, the spec §7 tiny
 // config and a full K3 config (spec §1, built in-test) parse to the expected values; every missing
 // field, wrong type, unsupported value and broken layer schedule is refused with a message that
 // names the field; and a config with K3's hidden size must match every other K3 number.

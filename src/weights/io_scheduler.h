@@ -1,0 +1,74 @@
+// IoScheduler: one pool of reader threads for every read the engine makes of the model files —
+// streamed spine groups and routed experts alike — taken in a fixed order of priority, so neither
+// starves the other and the read the pass is about to wait on goes first (docs/STREAMING.md).
+//
+// Each reader of the model (ExpertStreamer, SpineRing) is an IoQueue: it keeps its own queue of
+// reads and its own bookkeeping, and hands the scheduler one read at a time. A free thread asks
+// the queues, in priority order, for a read:
+//   kExpertDemand  experts the current MoE layer needs and does not have (the pass waits on them)
+//   kSpine         the spine groups next in the ring (the pass needs them within a layer or two)
+//   kExpertGuess   the router lookahead's guesses for the next layer
+// and runs it outside every lock. A read in flight is never interrupted: a demand read that
+// arrives while every thread reads a 1 MiB spine chunk waits for the first of them to finish.
+// Neither Take nor Run allocates, so decode stays allocation-free.
+//
+// Lock order: the scheduler's mutex, then a queue's own. A queue therefore calls Notify() only
+// with its own mutex released.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace deltafin {
+
+enum class IoPriority : uint8_t { kExpertDemand = 0, kSpine = 1, kExpertGuess = 2 };
+inline constexpr int kIoPriorities = 3;
+
+class IoQueue {
+ public:
+  virtual ~IoQueue() = default;
+  // Takes the oldest queued read of `priority`, marking it in flight, and names it in *ticket
+  // (the queue's own identifier); false when there is none. Called with the scheduler's mutex
+  // held: must not call back into the scheduler.
+  virtual bool Take(IoPriority priority, int64_t* ticket) = 0;
+  // Performs the read taken as `ticket`, on a scheduler thread, with no scheduler lock held.
+  virtual void Run(int64_t ticket) = 0;
+};
+
+class IoScheduler {
+ public:
+  static constexpr int kMaxThreads = 64;
+  explicit IoScheduler(int threads);
+  ~IoScheduler();  // stops the threads; every queue must be detached by then
+  IoScheduler(const IoScheduler&) = delete;
+  IoScheduler& operator=(const IoScheduler&) = delete;
+
+  int threads() const { return static_cast<int>(threads_.size()); }
+  // Adds a queue (at most kMaxQueues). Reads it queued before attaching are taken after the
+  // next Notify.
+  void Attach(IoQueue* queue);
+  // Removes a queue and waits until no thread is inside its Take or Run; its queued reads are
+  // simply never taken.
+  void Detach(IoQueue* queue);
+  // A queue has new reads.
+  void Notify();
+
+ private:
+  static constexpr int kMaxQueues = 8;
+  void Loop();
+
+  std::mutex mu_;
+  std::condition_variable work_;  // threads: generation_ moved on, or stop_
+  std::condition_variable idle_;  // Detach: a queue's running count fell to zero
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  IoQueue* queues_[kMaxQueues] = {};
+  int running_[kMaxQueues] = {};  // threads inside Run of each queue
+  int num_queues_ = 0;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace deltafin
