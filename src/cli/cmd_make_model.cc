@@ -22,6 +22,15 @@ constexpr char kFooter[] = R"(Presets:
   bench  K3's structure and routing shape scaled down (docs/PERFORMANCE.md): 93 layers,
          hidden 1024, 896 experts top-16, groups 1/1, vocabulary 32768; about 19 GB
          (17.2 GB of experts).
+  k3     K3's real text dimensions (spec §1: hidden 7168, 93 layers, 896 experts top-16,
+         vocabulary 163840) and real file layout: 96 shards (spine in 3, one per MoE layer's
+         experts, one of vision_tower.*/mm_projector.* tensors); 1.56 TB, so use --sparse.
+
+Sparse (--sparse): headers and index as usual, every tensor's data left as a hole (zeros) by
+seeking instead of writing, so a model of any size costs only metadata and writes in seconds.
+It loads like any checkpoint; run it with --audit-scales off --no-verify-reads (zero MXFP4
+scale bytes are outside the engine's exact range). Its logits are all zero: it exercises
+layout, I/O and memory plans at full size, not numerics.
 
 Overrides (--set, repeatable) replace text_config fields by name; the value must have the
 field's type (integer, number or true/false). Nested KDA fields are linear_attn_config.<name>.
@@ -38,7 +47,8 @@ the seed: the same seed gives byte-identical files on any thread count.
 Examples:
   deltafin make-model --preset tiny --out /tmp/tiny
   deltafin make-model --preset bench --out /data/bench --seed 7
-  deltafin make-model --preset bench --out /tmp/b9 --set num_hidden_layers=9 --set vocab_size=4096)";
+  deltafin make-model --preset bench --out /tmp/b9 --set num_hidden_layers=9 --set vocab_size=4096
+  deltafin make-model --preset k3 --sparse --out /tmp/k3-sparse)";
 
 // One line every few seconds for large models; small ones finish before anyone would read it.
 void PrintProgress(uint64_t done, uint64_t total) {
@@ -59,7 +69,7 @@ void RegisterMakeModel(CLI::App& app, int* exit_code) {
   auto no_sync = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand(
       "make-model", "Write a deterministic, randomly initialised checkpoint in K3's exact layout");
-  cmd->add_option("--preset", opts->preset, "Model dimensions: tiny or bench")->required();
+  cmd->add_option("--preset", opts->preset, "Model dimensions: tiny, bench or k3")->required();
   cmd->add_option("--out", opts->out_dir, "Output directory (created if missing)")->required();
   cmd->add_option("--seed", opts->seed, "Seed for the weights")->capture_default_str();
   cmd->add_option("--set", opts->overrides,
@@ -67,6 +77,8 @@ void RegisterMakeModel(CLI::App& app, int* exit_code) {
                   "--set num_hidden_layers=9 --set linear_attn_config.num_heads=2");
   cmd->add_flag("--force", opts->force,
                 "Replace the model files in a non-empty --out (other files are left alone)");
+  cmd->add_flag("--sparse", opts->sparse,
+                "Leave all tensor data as holes (zeros): full-size files that cost only metadata");
   cmd->add_option("--threads", opts->threads, "Generator threads (0 = one per CPU)")
       ->capture_default_str();
   cmd->add_flag("--no-sync", *no_sync,

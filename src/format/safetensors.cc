@@ -1,7 +1,10 @@
 #include "format/safetensors.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -148,6 +151,22 @@ Status SafetensorsWriter::Open(const std::string& path, const std::vector<Declar
   if (std::fwrite(len, 1, 8, file_) != 8 || std::fwrite(text.data(), 1, n, file_) != n) {
     return Status::Error(path + ": write failed: " + std::strerror(errno));
   }
+  data_start_ = 8 + n;
+  return Status::Ok();
+}
+
+Status SafetensorsWriter::Skip(uint64_t bytes) {
+  if (file_ == nullptr) return Status::Error(path_ + ": skip in a closed writer");
+  if (written_data_bytes_ + bytes > expected_data_bytes_) {
+    return Status::Error(path_ + ": more tensor bytes than declared");
+  }
+  if (bytes == 0) return Status::Ok();
+  const uint64_t target = data_start_ + written_data_bytes_ + bytes;
+  if (target > static_cast<uint64_t>(std::numeric_limits<off_t>::max()) ||
+      std::fflush(file_) != 0 || fseeko(file_, static_cast<off_t>(target), SEEK_SET) != 0) {
+    return Status::Error(path_ + ": seek failed: " + std::strerror(errno));
+  }
+  written_data_bytes_ += bytes;
   return Status::Ok();
 }
 
@@ -168,7 +187,12 @@ Status SafetensorsWriter::Append(const void* data, size_t bytes) {
 
 Status SafetensorsWriter::Close() {
   if (file_ == nullptr) return Status::Error(path_ + ": closed twice");
-  const bool flushed = std::fclose(file_) == 0;
+  // A trailing Skip() leaves the file short until something is written past it: set the size.
+  bool flushed = std::fflush(file_) == 0;
+  if (flushed && written_data_bytes_ == expected_data_bytes_) {
+    flushed = ftruncate(fileno(file_), static_cast<off_t>(data_start_ + written_data_bytes_)) == 0;
+  }
+  flushed = std::fclose(file_) == 0 && flushed;
   file_ = nullptr;
   if (!flushed) return Status::Error(path_ + ": close failed: " + std::strerror(errno));
   if (written_data_bytes_ != expected_data_bytes_) {

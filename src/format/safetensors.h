@@ -63,6 +63,9 @@ class SafetensorsWriter {
 
   Status Open(const std::string& path, const std::vector<Declaration>& tensors);
   Status Append(const void* data, size_t bytes);
+  // Advances past `bytes` of tensor data without writing them: they read as zeros and, on file
+  // systems with sparse files, occupy no blocks (a hole). Close() sets the file's final size.
+  Status Skip(uint64_t bytes);
   Status Close();
 
   // Size in bytes of a declared tensor.
@@ -73,6 +76,7 @@ class SafetensorsWriter {
   std::string path_;
   uint64_t expected_data_bytes_ = 0;
   uint64_t written_data_bytes_ = 0;
+  uint64_t data_start_ = 0;  // file offset of the data section
 };
 
 }  // namespace deltafin

@@ -68,6 +68,10 @@ struct PresetDims {
   int64_t routed_expert_hidden_size;
   int64_t num_expert_group;
   int64_t topk_group;
+  // File layout: a fixed number of spine shards (0 = split below max_spine_shard_bytes), and
+  // whether the checkpoint carries K3's vision tower and projector (in a shard of their own).
+  int64_t spine_shards;
+  bool vision;
 };
 
 // Spec §7 (k3-tiny-config.json) with a 768-rank vocabulary instead of K3's 163,584.
@@ -89,7 +93,9 @@ constexpr PresetDims kTiny = {.vocab_size = 1024,
                               .moe_intermediate_size = 96,
                               .routed_expert_hidden_size = 128,
                               .num_expert_group = 4,
-                              .topk_group = 2};
+                              .topk_group = 2,
+                              .spine_shards = 0,
+                              .vision = false};
 
 // docs/PERFORMANCE.md "Benchmark definitions": K3's structure and routing shape (93 layers, 896
 // experts, top-16, groups 1/1), widths scaled down; ~17 GB of experts.
@@ -111,7 +117,71 @@ constexpr PresetDims kBench = {.vocab_size = 32768,
                                .moe_intermediate_size = 256,
                                .routed_expert_hidden_size = 512,
                                .num_expert_group = 1,
-                               .topk_group = 1};
+                               .topk_group = 1,
+                               .spine_shards = 0,
+                               .vision = false};
+
+// Spec §1.2-1.3: K3's real text dimensions, and its real file layout (§2.1): 96 shards, i.e. the
+// 113.5 GB spine in 3 shards, one shard per MoE layer's experts (92) and one of vision tensors.
+// 1.56 TB: written sparse (MakeModelOptions::sparse) to test layout, I/O and memory plans.
+constexpr PresetDims kK3 = {.vocab_size = 163840,
+                            .hidden_size = 7168,
+                            .intermediate_size = 33792,
+                            .num_hidden_layers = 93,
+                            .max_position_embeddings = 1048576,
+                            .attn_res_block_size = 12,
+                            .mla_heads = 96,
+                            .q_lora_rank = 1536,
+                            .kv_lora_rank = 512,
+                            .qk_nope_head_dim = 128,
+                            .qk_rope_head_dim = 64,
+                            .v_head_dim = 128,
+                            .kda_heads = 96,
+                            .num_experts = 896,
+                            .num_experts_per_token = 16,
+                            .moe_intermediate_size = 3072,
+                            .routed_expert_hidden_size = 3584,
+                            .num_expert_group = 1,
+                            .topk_group = 1,
+                            .spine_shards = 3,
+                            .vision = true};
+
+const PresetDims* FindPreset(const std::string& name) {
+  if (name == "tiny") return &kTiny;
+  if (name == "bench") return &kBench;
+  if (name == "k3") return &kK3;
+  return nullptr;
+}
+
+// The vision tower and projector (spec §2.1, §2.9: 165 vision_tower.* + 3 mm_projector.* tensors,
+// about 0.8 GB). The text engine never reads them; their shapes are plausible (a 27-block ViT of
+// width 1152 and MLP 4304, 14x14 patches, a 2x2-merge projector into the text width), not K3's
+// published ones, which the spec does not pin.
+constexpr int64_t kVisionWidth = 1152;
+constexpr int64_t kVisionMlp = 4304;
+constexpr int64_t kVisionBlocks = 27;
+
+std::vector<TensorSpec> VisionTensorSpecs(int64_t text_hidden) {
+  const int64_t w = kVisionWidth;
+  std::vector<TensorSpec> v = {
+      {"vision_tower.patch_embed.proj.weight", DType::kBF16, {w, 3, 14, 14}},
+      {"vision_tower.patch_embed.proj.bias", DType::kBF16, {w}},
+      {"vision_tower.patch_embed.pos_emb.weight", DType::kBF16, {64, 64, w}},
+  };
+  for (int64_t b = 0; b < kVisionBlocks; ++b) {
+    const std::string p = "vision_tower.encoder.blocks." + std::to_string(b) + ".";
+    v.push_back({p + "norm0.weight", DType::kBF16, {w}});
+    v.push_back({p + "norm1.weight", DType::kBF16, {w}});
+    v.push_back({p + "wqkv.weight", DType::kBF16, {3 * w, w}});
+    v.push_back({p + "wo.weight", DType::kBF16, {w, w}});
+    v.push_back({p + "mlp.fc0.weight", DType::kBF16, {kVisionMlp, w}});
+    v.push_back({p + "mlp.fc1.weight", DType::kBF16, {w, kVisionMlp}});
+  }
+  v.push_back({"mm_projector.pre_norm.weight", DType::kBF16, {w}});
+  v.push_back({"mm_projector.proj.0.weight", DType::kBF16, {4 * w, 4 * w}});
+  v.push_back({"mm_projector.proj.2.weight", DType::kBF16, {text_hidden, 4 * w}});
+  return v;
+}
 
 // Largest layer count an override may ask for; it only exists to keep a typo from allocating
 // gigabytes of schedule lists before the config is validated.
@@ -334,6 +404,8 @@ Result<Init> InitFor(const TensorSpec& spec, const ModelConfig& c) {
   auto normal = [](double std_dev) {
     return Init{Init::kNormal, static_cast<float>(std_dev), 0, 0};
   };
+  // Vision tensors are never read by the text engine; any small init will do.
+  if (n.starts_with("vision_tower.") || n.starts_with("mm_projector.")) return normal(0.02);
   auto uniform = [](float lo, float hi) { return Init{Init::kUniform, lo, hi, 0}; };
   if (EndsWith(n, "embed_tokens.weight")) return normal(1.0);
   // Every RMSNorm weight (layer norms, AttnRes norms, LoRA norms, o_norm, latent norm, final).
@@ -468,6 +540,7 @@ struct ExpertPart {
 
 struct ShardPlan {
   std::string file_name;
+  std::string kind;  // "spine", "experts" or "vision"
   uint64_t data_bytes = 0;
   std::vector<SpineTensor> spine;     // non-expert shards, in file order
   int64_t expert_layer = -1;          // expert shards: the MoE layer whose experts they hold
@@ -535,7 +608,8 @@ Result<std::vector<int64_t>> ExpertFileOrder(const ModelConfig& c, int64_t layer
   return order;
 }
 
-Result<ModelPlan> PlanModel(const ModelConfig& config, const MakeModelOptions& opts) {
+Result<ModelPlan> PlanModel(const ModelConfig& config, const PresetDims& dims,
+                            const MakeModelOptions& opts) {
   ModelPlan plan;
   plan.config = config;
   plan.seed = opts.seed;
@@ -568,6 +642,14 @@ Result<ModelPlan> PlanModel(const ModelConfig& config, const MakeModelOptions& o
   }
   spine.insert(spine.end(), globals.begin() + 1, globals.end());
 
+  // A preset with a fixed spine shard count splits it into that many shards of about equal size.
+  uint64_t limit = opts.max_spine_shard_bytes;
+  if (dims.spine_shards > 0) {
+    uint64_t spine_bytes = 0;
+    for (const TensorSpec& s : spine) spine_bytes += SpecBytes(s);
+    const uint64_t n = static_cast<uint64_t>(dims.spine_shards);
+    limit = (spine_bytes + n - 1) / n;
+  }
   std::vector<std::vector<SpineTensor>> spine_shards(1);
   uint64_t current = 0;
   for (TensorSpec& s : spine) {
@@ -576,39 +658,59 @@ Result<ModelPlan> PlanModel(const ModelConfig& config, const MakeModelOptions& o
     t.bytes = SpecBytes(s);
     t.seed = TensorSeed(opts.seed, s.name);
     t.spec = std::move(s);
-    if (!spine_shards.back().empty() && current + t.bytes > opts.max_spine_shard_bytes) {
+    const bool room_for_more =
+        dims.spine_shards <= 0 || static_cast<int64_t>(spine_shards.size()) < dims.spine_shards;
+    if (!spine_shards.back().empty() && current + t.bytes > limit && room_for_more) {
       spine_shards.emplace_back();
       current = 0;
     }
     current += t.bytes;
     spine_shards.back().push_back(std::move(t));
   }
+  std::vector<SpineTensor> vision;
+  if (dims.vision) {
+    for (TensorSpec& s : VisionTensorSpecs(c.hidden_size)) {
+      SpineTensor t;
+      DF_ASSIGN_OR_RETURN(t.init, InitFor(s, c));
+      t.bytes = SpecBytes(s);
+      t.seed = TensorSeed(opts.seed, s.name);
+      t.spec = std::move(s);
+      vision.push_back(std::move(t));
+    }
+  }
 
-  const int total = static_cast<int>(spine_shards.size() + c.num_moe_layers());
+  const int total =
+      static_cast<int>(spine_shards.size() + c.num_moe_layers() + (vision.empty() ? 0 : 1));
   int index = 0;
-  for (auto& tensors : spine_shards) {
+  // Tensors in writer order, offsets assigned.
+  auto tensor_shard = [&](std::vector<SpineTensor> tensors, const char* kind) {
     std::sort(tensors.begin(), tensors.end(), [](const SpineTensor& a, const SpineTensor& b) {
       return FileOrderLess(a.spec, b.spec);
     });
     ShardPlan shard;
     shard.file_name = ShardFileName(++index, total);
+    shard.kind = kind;
     for (SpineTensor& t : tensors) {
       t.offset = shard.data_bytes;
       shard.data_bytes += t.bytes;
     }
     shard.spine = std::move(tensors);
     plan.shards.push_back(std::move(shard));
-  }
+  };
+  for (auto& tensors : spine_shards) tensor_shard(std::move(tensors), "spine");
   // One shard per MoE layer's experts, like K3 (and the bench README): a layer's experts form one
   // contiguous run of num_experts * expert_bytes.
   for (int64_t layer = c.first_k_dense_replace; layer < c.num_hidden_layers; ++layer) {
     ShardPlan shard;
     shard.file_name = ShardFileName(++index, total);
+    shard.kind = "experts";
     shard.expert_layer = layer;
     DF_ASSIGN_OR_RETURN(shard.expert_order, ExpertFileOrder(c, layer));
     shard.data_bytes = static_cast<uint64_t>(c.num_experts) * plan.expert_bytes;
     plan.shards.push_back(std::move(shard));
   }
+  // Vision last, in a shard of its own.
+  if (!vision.empty()) tensor_shard(std::move(vision), "vision");
   return plan;
 }
 
@@ -915,10 +1017,15 @@ Status WriteShards(const ModelPlan& plan, const MakeModelOptions& opts, StagedFi
     }
     total_bytes += n;
   }
-  ChunkPipeline pipeline(chunks.size(), WorkerCount(opts.threads), [&](size_t i, uint8_t* dst) {
-    const Chunk& c = chunks[i];
-    FillShardRange(plan, plan.shards[c.shard], c.begin, c.end, dst);
-  });
+  // Sparse: no data is generated; every shard's data section is one hole.
+  std::unique_ptr<ChunkPipeline> pipeline;
+  if (!opts.sparse) {
+    pipeline = std::make_unique<ChunkPipeline>(
+        chunks.size(), WorkerCount(opts.threads), [&](size_t i, uint8_t* dst) {
+          const Chunk& c = chunks[i];
+          FillShardRange(plan, plan.shards[c.shard], c.begin, c.end, dst);
+        });
+  }
 
   using Clock = std::chrono::steady_clock;
   auto last_report = Clock::now();
@@ -930,12 +1037,17 @@ Status WriteShards(const ModelPlan& plan, const MakeModelOptions& opts, StagedFi
     const std::string path = files->Add(shard.file_name);
     SafetensorsWriter writer;
     DF_RETURN_IF_ERROR(writer.Open(path, decls));
-    for (; next_chunk < chunks.size() && &plan.shards[chunks[next_chunk].shard] == &shard;
+    if (opts.sparse) {
+      DF_RETURN_IF_ERROR(writer.Skip(shard.data_bytes));
+      written += shard.data_bytes;
+    }
+    for (;
+         pipeline && next_chunk < chunks.size() && &plan.shards[chunks[next_chunk].shard] == &shard;
          ++next_chunk) {
       const Chunk& c = chunks[next_chunk];
-      const uint8_t* data = pipeline.Wait(next_chunk);
+      const uint8_t* data = pipeline->Wait(next_chunk);
       DF_RETURN_IF_ERROR(writer.Append(data, c.end - c.begin));
-      pipeline.Release(next_chunk);
+      pipeline->Release(next_chunk);
       written += c.end - c.begin;
       if (opts.progress && Clock::now() - last_report >= std::chrono::seconds(1)) {
         opts.progress(written, total_bytes);
@@ -957,15 +1069,13 @@ uint64_t PlannedBytes(const ModelPlan& plan) {
 
 }  // namespace
 
-std::vector<std::string> MakeModelPresets() { return {"tiny", "bench"}; }
+std::vector<std::string> MakeModelPresets() { return {"tiny", "bench", "k3"}; }
 
 Result<std::string> PresetConfigJson(const std::string& preset,
                                      const std::vector<std::string>& overrides) {
-  const PresetDims* dims = nullptr;
-  if (preset == "tiny") dims = &kTiny;
-  if (preset == "bench") dims = &kBench;
+  const PresetDims* dims = FindPreset(preset);
   if (dims == nullptr) {
-    return Status::Error("unknown preset '" + preset + "' (known: tiny, bench)");
+    return Status::Error("unknown preset '" + preset + "' (known: tiny, bench, k3)");
   }
   ordered_json root;
   root["architectures"] = {"KimiK3ForConditionalGeneration"};
@@ -977,8 +1087,18 @@ Result<std::string> PresetConfigJson(const std::string& preset,
   root["media_placeholder_token_id"] = 0;
   root["tie_word_embeddings"] = false;
   root["text_config"] = TextConfig(*dims);
-  root["vision_config"] = {{"model_type", "kimi_k3_vision"},
-                           {"note", "generated by deltafin make-model: no vision tensors"}};
+  if (dims->vision) {
+    root["vision_config"] = {{"model_type", "kimi_k3_vision"},
+                             {"hidden_size", kVisionWidth},
+                             {"intermediate_size", kVisionMlp},
+                             {"num_hidden_layers", kVisionBlocks},
+                             {"patch_size", 14},
+                             {"merge_kernel_size", {2, 2}},
+                             {"note", "generated by deltafin make-model: plausible shapes"}};
+  } else {
+    root["vision_config"] = {{"model_type", "kimi_k3_vision"},
+                             {"note", "generated by deltafin make-model: no vision tensors"}};
+  }
   std::set<std::string> touched;
   for (const std::string& o : overrides) {
     DF_RETURN_IF_ERROR(ApplyOverride(o, &root["text_config"], &touched));
@@ -990,19 +1110,38 @@ Result<std::string> PresetConfigJson(const std::string& preset,
   return text;
 }
 
+Result<std::vector<ShardSummary>> PlanModelShards(const MakeModelOptions& opts) {
+  DF_ASSIGN_OR_RETURN(const std::string config_text, PresetConfigJson(opts.preset, opts.overrides));
+  DF_ASSIGN_OR_RETURN(const ModelConfig config, ParseModelConfig(config_text, "make-model config"));
+  DF_RETURN_IF_ERROR(CheckPlanSize(config));
+  DF_ASSIGN_OR_RETURN(const ModelPlan plan, PlanModel(config, *FindPreset(opts.preset), opts));
+  std::vector<ShardSummary> out;
+  for (const ShardPlan& shard : plan.shards) {
+    ShardSummary s;
+    s.file_name = shard.file_name;
+    s.data_bytes = shard.data_bytes;
+    s.tensors = shard.expert_layer >= 0 ? shard.expert_order.size() * plan.expert_parts.size()
+                                        : shard.spine.size();
+    s.kind = shard.kind;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 Status MakeModel(const MakeModelOptions& opts, MakeModelSummary* summary) {
   const auto start = std::chrono::steady_clock::now();
   if (opts.out_dir.empty()) return Status::Error("make-model: no output directory given");
   DF_ASSIGN_OR_RETURN(const std::string config_text, PresetConfigJson(opts.preset, opts.overrides));
   DF_ASSIGN_OR_RETURN(const ModelConfig config, ParseModelConfig(config_text, "make-model config"));
   DF_RETURN_IF_ERROR(CheckPlanSize(config));
-  DF_ASSIGN_OR_RETURN(const ModelPlan plan, PlanModel(config, opts));
+  DF_ASSIGN_OR_RETURN(const ModelPlan plan, PlanModel(config, *FindPreset(opts.preset), opts));
   DF_RETURN_IF_ERROR(PrepareOutDir(opts.out_dir, opts.force));
 
-  // Refuse up front rather than fail after writing most of a large model.
+  // Refuse up front rather than fail after writing most of a large model. A sparse model needs
+  // only its headers and index (about 150 MB for k3).
   std::error_code ec;
   const fs::space_info space = fs::space(opts.out_dir, ec);
-  const uint64_t needed = PlannedBytes(plan) + (64ull << 20);
+  const uint64_t needed = (opts.sparse ? 0 : PlannedBytes(plan)) + (256ull << 20);
   if (!ec && space.available < needed) {
     return Status::Error(opts.out_dir + ": needs about " + std::to_string(needed >> 20) +
                          " MiB but only " + std::to_string(space.available >> 20) +

@@ -3,11 +3,13 @@
 // dtypes, shapes, shard naming, expert contiguity, tokenizer files — and generation must be
 // deterministic. Everything runs on the tiny preset in a temporary directory (a few seconds).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -621,6 +623,109 @@ TEST(MakeModel, SplitsTheSpineAcrossShardsBelowTheLimit) {
     spine_bytes[r->shard] += r->entry.end - r->entry.begin;
   }
   for (const auto& [shard, bytes] : spine_bytes) EXPECT_LE(bytes, o.max_spine_shard_bytes);
+}
+
+// The k3 preset is K3 itself (spec §1.2) in K3's real file layout (§2.1, §2.11): 96 shards, each
+// MoE layer's 896 experts in one shard, the vision tensors in their own. Planned, not written.
+TEST(MakeModel, K3PresetPlansTheReal96ShardLayout) {
+  auto text = PresetConfigJson("k3", {});
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  auto config = ParseModelConfig(*text, "k3");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->hidden_size, 7168);
+  EXPECT_EQ(config->num_hidden_layers, 93);
+  EXPECT_EQ(config->vocab_size, 163840);
+  EXPECT_EQ(config->num_experts, 896);
+  EXPECT_EQ(config->num_experts_per_token, 16);
+  EXPECT_EQ(config->bos_token_id, 163584);
+  EXPECT_EQ(config->eos_token_id, 163586);
+  const auto root = nlohmann::json::parse(*text);
+  ASSERT_TRUE(root.contains("vision_config"));
+  EXPECT_EQ(root["vision_config"]["model_type"], "kimi_k3_vision");
+
+  MakeModelOptions o;
+  o.preset = "k3";
+  auto shards = PlanModelShards(o);
+  ASSERT_TRUE(shards.ok()) << shards.status().message();
+  ASSERT_EQ(shards->size(), 96u);
+  std::map<std::string, int> kinds;
+  std::map<std::string, uint64_t> bytes;
+  size_t vision_tensors = 0;
+  for (size_t i = 0; i < shards->size(); ++i) {
+    const ShardSummary& s = (*shards)[i];
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05zu-of-000096.safetensors", i + 1);
+    EXPECT_EQ(s.file_name, name);
+    ++kinds[s.kind];
+    bytes[s.kind] += s.data_bytes;
+    if (s.kind == "experts") {
+      EXPECT_EQ(s.data_bytes, 15'722'348'544u) << s.file_name;  // 896 x 17,547,264
+      EXPECT_EQ(s.tensors, 896u * 6);
+    }
+    if (s.kind == "vision") vision_tensors += s.tensors;
+  }
+  EXPECT_EQ(kinds["spine"], 3);
+  EXPECT_EQ(kinds["experts"], 92);
+  EXPECT_EQ(kinds["vision"], 1);
+  EXPECT_EQ(vision_tensors, 168u);  // 165 vision_tower.* + 3 mm_projector.*
+  EXPECT_EQ(bytes["spine"], 113'509'540'864u);
+  EXPECT_EQ(bytes["spine"] + bytes["experts"], 1'559'965'606'912u);
+  EXPECT_GT(bytes["vision"], 700'000'000u);  // about 0.8 GB
+  EXPECT_LT(bytes["vision"], 1'000'000'000u);
+}
+
+// Sparse mode writes every header and the index and leaves tensor data as holes: full-size files
+// of zeros that load like any checkpoint. The k3 preset cut to two layers (and, as the config
+// check requires of fewer than 93, a smaller hidden size) keeps its vision shard.
+TEST(MakeModel, SparseWritesHolesThatLoadLikeAnyCheckpoint) {
+  ScopedTempDir dir;
+  MakeModelOptions o;
+  o.preset = "k3";
+  o.out_dir = dir.Join("m");
+  o.overrides = {"num_hidden_layers=2", "hidden_size=1024"};
+  o.sparse = true;
+  o.fsync = false;
+  MakeModelSummary summary;
+  const Status s = MakeModel(o, &summary);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_GT(summary.total_bytes, 17'000'000'000u);  // 15.7 GB of experts + spine + vision
+
+  auto ckpt = Checkpoint::Open(o.out_dir);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  ASSERT_EQ(ckpt->shard_paths().size(), 5u);  // 3 spine + 1 expert + 1 vision
+  EXPECT_TRUE(ckpt->shard_paths().back().ends_with("model-00005-of-000005.safetensors"));
+  int vision = 0, projector = 0;
+  for (const auto& name : ckpt->Names()) {
+    vision += name.starts_with("vision_tower.");
+    projector += name.starts_with("mm_projector.");
+  }
+  EXPECT_EQ(vision, 165);
+  EXPECT_EQ(projector, 3);
+  // Every roster tensor is present with its dtype and shape; the others are the vision ones.
+  auto config = LoadModelConfig(o.out_dir);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  const auto roster = RosterByName(*config);
+  EXPECT_EQ(ckpt->num_tensors(), roster.size() + 168);
+  for (const auto& [name, spec] : roster) {
+    const TensorRecord* r = ckpt->Find(name);
+    ASSERT_NE(r, nullptr) << "missing " << name;
+    EXPECT_EQ(r->entry.dtype, spec.dtype) << name;
+    EXPECT_EQ(r->entry.shape, spec.shape) << name;
+  }
+  // Holes: the files have their full size but (almost) no blocks, and read as zeros.
+  uint64_t apparent = 0, allocated = 0;
+  for (const auto& path : ckpt->shard_paths()) {
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0) << path;
+    apparent += static_cast<uint64_t>(st.st_size);
+    allocated += static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  EXPECT_GT(apparent, 17'000'000'000u);
+  EXPECT_LT(allocated, 64'000'000u);  // headers only
+  const std::vector<float> a_log =
+      ReadFloats(*ckpt, LayerTensorName(0, "self_attn.A_log"));  // padding must be 0: it is
+  ASSERT_EQ(a_log.size(), 128u);
+  for (float v : a_log) EXPECT_EQ(v, 0.0f);
 }
 
 TEST(MakeModel, RefusesAbsurdSizesBeforeWriting) {
