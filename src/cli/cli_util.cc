@@ -149,7 +149,9 @@ void ModelFlags::Add(CLI::App* cmd) {
       ->check(OneOf({"auto", "mapped", "streamed"}));
   cmd->add_option("--expert-cache", expert_cache,
                   "Streamed experts: RAM cache size, e.g. 2G (default: what the budget leaves)");
-  cmd->add_option("--io-threads", io_threads, "Streamed experts: concurrent reads (queue depth)")
+  cmd->add_option("--io-threads", io_threads,
+                  "Streamed experts and spine: concurrent reads, shared by both (the disk queue "
+                  "depth)")
       ->check(IntRange(1, 64));
   cmd->add_option("--io", io, "Streamed experts: direct (O_DIRECT / F_NOCACHE) or buffered reads")
       ->check(OneOf({"direct", "buffered"}));
