@@ -16,8 +16,9 @@ endif()
 # by tools/test.sh for a bounded time; not a ctest test, so the e2e tier stays short).
 add_executable(tokenizer_difffuzz_peer tokenizer/difffuzz_peer.cc)
 target_link_libraries(tokenizer_difffuzz_peer PRIVATE df_tokenizer df_options nlohmann_json::nlohmann_json)
-target_include_directories(tokenizer_difffuzz_peer PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_include_directories(tokenizer_difffuzz_peer PRIVATE ${PROJECT_SOURCE_DIR}/src
+                                                           ${PROJECT_SOURCE_DIR}/include)
 
 add_executable(tokenizer_bench tokenizer/tokenizer_bench.cc)
 target_link_libraries(tokenizer_bench PRIVATE df_tokenizer df_options)
-target_include_directories(tokenizer_bench PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_include_directories(tokenizer_bench PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
