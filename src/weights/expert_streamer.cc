@@ -181,19 +181,12 @@ Result<std::unique_ptr<ExpertStreamer>> ExpertStreamer::Create(
     s->slots_[i].buffer = s->arena_ + i * slot_bytes;
     s->free_.push_back(static_cast<int32_t>(n_slots - 1 - i));
   }
-  if (scheduler == nullptr) {
-    s->own_scheduler_ = std::make_unique<IoScheduler>(options.io_threads);
-    scheduler = s->own_scheduler_.get();
-  }
-  s->scheduler_ = scheduler;
-  scheduler->Attach(s.get());
+  s->io_.Attach(s.get(), scheduler, options.io_threads);
   return s;
 }
 
 ExpertStreamer::~ExpertStreamer() {
-  // No scheduler thread is inside Take or Run after this, so the slots can go.
-  if (scheduler_ != nullptr) scheduler_->Detach(this);
-  own_scheduler_.reset();
+  io_.Detach();  // no scheduler thread is inside Take or Run after this, so the slots can go
   std::free(arena_);
 }
 
@@ -327,7 +320,7 @@ Status ExpertStreamer::Begin(int64_t layer, std::span<const int32_t> experts, Se
   }
   CancelStaleGuessesLocked(layer, stats);
   lock.unlock();
-  if (queued) scheduler_->Notify();
+  if (queued) io_.Notify();
   return Status::Ok();
 }
 
@@ -392,7 +385,7 @@ void ExpertStreamer::Prefetch(int64_t layer, std::span<const int32_t> experts,
     queued = true;
   }
   lock.unlock();
-  if (queued) scheduler_->Notify();
+  if (queued) io_.Notify();
 }
 
 bool ExpertStreamer::Take(IoPriority priority, int64_t* ticket) {

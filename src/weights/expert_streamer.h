@@ -148,12 +148,11 @@ class ExpertStreamer final : public ExpertSource, private IoQueue {
   std::condition_variable done_cv_;  // the forward pass waits for slots
   std::vector<int32_t> free_;        // free slot indices
   std::vector<int32_t> demand_q_, prefetch_q_;
-  int32_t lru_head_ = -1, lru_tail_ = -1;       // unpinned ready/failed slots, head = oldest
-  std::vector<int32_t> current_;                // slots of the current Begin, in order
-  std::vector<uint8_t> consumed_;               // [current_.size()] returned by WaitAny
-  SessionStats* io_stats_ = nullptr;            // where completed reads are counted
-  std::unique_ptr<IoScheduler> own_scheduler_;  // when Create was given none
-  IoScheduler* scheduler_ = nullptr;
+  int32_t lru_head_ = -1, lru_tail_ = -1;  // unpinned ready/failed slots, head = oldest
+  std::vector<int32_t> current_;           // slots of the current Begin, in order
+  std::vector<uint8_t> consumed_;          // [current_.size()] returned by WaitAny
+  SessionStats* io_stats_ = nullptr;       // where completed reads are counted
+  IoSchedulerLink io_;
 };
 
 }  // namespace deltafin

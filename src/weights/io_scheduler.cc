@@ -83,4 +83,20 @@ void IoScheduler::Loop() {
   }
 }
 
+void IoSchedulerLink::Attach(IoQueue* queue, IoScheduler* shared, int threads) {
+  if (shared == nullptr) {
+    own_ = std::make_unique<IoScheduler>(threads);
+    shared = own_.get();
+  }
+  queue_ = queue;
+  scheduler_ = shared;
+  scheduler_->Attach(queue);
+}
+
+void IoSchedulerLink::Detach() {
+  if (scheduler_ != nullptr) scheduler_->Detach(queue_);
+  scheduler_ = nullptr;
+  own_.reset();
+}
+
 }  // namespace deltafin

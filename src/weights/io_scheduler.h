@@ -18,6 +18,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -69,6 +70,24 @@ class IoScheduler {
   int running_[kMaxQueues] = {};  // threads inside Run of each queue
   int num_queues_ = 0;
   std::vector<std::thread> threads_;
+};
+
+// A queue's place on a scheduler: the engine's shared one, or one of its own when it is used alone
+// (tests, tools).
+class IoSchedulerLink {
+ public:
+  // Attaches `queue` to `shared`, or when that is null to a new scheduler of `threads` threads.
+  void Attach(IoQueue* queue, IoScheduler* shared, int threads);
+  // Detaches the queue, so no thread is inside its Take or Run any more, and stops a scheduler of
+  // its own. The queue's destructor calls it before freeing what its reads write into.
+  void Detach();
+  // The queue has new reads (call with the queue's own mutex released).
+  void Notify() { scheduler_->Notify(); }
+
+ private:
+  IoQueue* queue_ = nullptr;
+  IoScheduler* scheduler_ = nullptr;
+  std::unique_ptr<IoScheduler> own_;
 };
 
 }  // namespace deltafin

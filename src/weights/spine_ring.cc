@@ -78,19 +78,12 @@ Result<std::unique_ptr<SpineRing>> SpineRing::Create(const ModelWeights& weights
                                                      IoScheduler* scheduler) {
   std::unique_ptr<SpineRing> ring(new SpineRing());
   DF_RETURN_IF_ERROR(ring->Plan(weights, options));
-  if (scheduler == nullptr) {
-    ring->own_scheduler_ = std::make_unique<IoScheduler>(std::max(options.readers, 1));
-    scheduler = ring->own_scheduler_.get();
-  }
-  ring->scheduler_ = scheduler;
-  scheduler->Attach(ring.get());
+  ring->io_.Attach(ring.get(), scheduler, options.readers);
   return ring;
 }
 
 SpineRing::~SpineRing() {
-  // No scheduler thread is inside Take or Run after this, so the slots can go.
-  if (scheduler_ != nullptr) scheduler_->Detach(this);
-  own_scheduler_.reset();
+  io_.Detach();  // no scheduler thread is inside Take or Run after this, so the slots can go
 }
 
 Status SpineRing::Plan(const ModelWeights& w, const SpineRingOptions& o) {
@@ -330,7 +323,7 @@ Status SpineRing::Acquire(int64_t group, uint64_t* bytes_read) {
   }
   if (task_count_ > 0) {
     lock.unlock();  // the scheduler's lock comes before the ring's (io_scheduler.h)
-    scheduler_->Notify();
+    io_.Notify();
     lock.lock();
   }
   if (g.pinned) return Status::Ok();

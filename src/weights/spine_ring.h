@@ -155,8 +155,7 @@ class SpineRing final : public SpineSource, private IoQueue {
   std::vector<Slot> slots_;
   std::vector<Task> tasks_;  // ring buffer of queued chunk reads (reserved: depth × chunks)
   size_t task_head_ = 0, task_count_ = 0;
-  std::unique_ptr<IoScheduler> own_scheduler_;  // when Create was given none
-  IoScheduler* scheduler_ = nullptr;
+  IoSchedulerLink io_;
 };
 
 }  // namespace deltafin
