@@ -47,8 +47,8 @@ struct Session::Impl {
     logits.Resize(static_cast<size_t>(vocab));
   }
   ForwardPass forward;
-  // A stream install's expert source for this session: fetches missing experts, then reads them
-  // through the engine's streamer or the mapped spans.
+  // A stream install's expert sources for this session: the fetcher in front, and the mapped
+  // spans behind it when the experts are not streamed.
   std::unique_ptr<MappedExperts> mapped_experts;
   std::unique_ptr<FetchingExperts> fetching_experts;
   int64_t vocab;
@@ -349,15 +349,14 @@ std::unique_ptr<Session> Engine::NewSession() const {
       std::make_unique<Session::Impl>(*impl_->weights, chunk, impl_->info.context_capacity,
                                       VerifyRows(impl_->options), RollbackMode(impl_->options));
   // The session's expert source: the engine's streamer (shared, so passes take stream_mutex) or
-  // the mapped spans, behind a stream install's fetcher when there is one.
+  // the mapped spans (null: the pass's own), behind a stream install's fetcher when there is one.
   ExpertSource* experts = impl_->streamer.get();
-  if (experts != nullptr) {
-    impl->stream_mutex = &impl_->stream_mutex;
-  } else {
-    impl->mapped_experts = std::make_unique<MappedExperts>(*impl_->weights);
-    experts = impl->mapped_experts.get();
-  }
+  if (experts != nullptr) impl->stream_mutex = &impl_->stream_mutex;
   if (ExpertFetcher* fetcher = impl_->options.expert_fetcher.get()) {
+    if (experts == nullptr) {
+      impl->mapped_experts = std::make_unique<MappedExperts>(*impl_->weights);
+      experts = impl->mapped_experts.get();
+    }
     impl->fetching_experts =
         std::make_unique<FetchingExperts>(fetcher, experts, impl_->weights->config.num_experts);
     experts = impl->fetching_experts.get();
