@@ -142,14 +142,15 @@ class SetupTest : public ::testing::Test {
     }
   }
   // The generated ids (the --ids-out JSON array), or the output of a failed run.
+  // `extra`: more `run` options (e.g. how the experts are read).
   static std::string Generate(const fs::path& model, const std::string& token = kToken,
-                              bool endpoint = true) {
+                              bool endpoint = true, const std::string& extra = "") {
     const fs::path ids =
         fs::temp_directory_path() / ("deltafin_setup_ids_" + std::to_string(::getpid()) + ".json");
     fs::remove(ids);
     auto run = Deltafin("run --model " + ShellQuote(model.string()) +
                             " --prompt-ids 72,101,108,108,111 --max-new 8 --ids-out " +
-                            ShellQuote(ids.string()),
+                            ShellQuote(ids.string()) + extra,
                         token, endpoint);
     EXPECT_EQ(run.exit_code, 0) << run.output;
     const std::string out = run.exit_code == 0 ? ReadAll(ids) : run.output;

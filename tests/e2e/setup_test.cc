@@ -263,7 +263,11 @@ TEST_F(SetupTest, StreamInstallGeneratesTheSameTokensAsFullAndUpgradesToFull) {
   }
   const size_t before_run = ProxyLog().size();
   // Neither HF_ENDPOINT nor HF_TOKEN: the endpoint recorded at setup and the saved token serve.
-  EXPECT_EQ(Generate(s, "", /*endpoint=*/false), Generate(Model()));
+  // The experts are fetched, then read through the streamer with both lookaheads guessing (a
+  // guess of an expert not fetched yet is dropped, never read as its hole): the same ids as the
+  // full model's mapped experts.
+  EXPECT_EQ(Generate(s, "", /*endpoint=*/false, " --experts streamed --lookahead both"),
+            Generate(Model()));
   // Each expert came with exactly one ranged GET of its whole span, over a few keep-alive
   // connections (the pool holds at most 8 handles, each keeping its connection to hub and CDN).
   const auto log = ProxyLog();
