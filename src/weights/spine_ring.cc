@@ -1,8 +1,10 @@
 #include "weights/spine_ring.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "base/byte_size.h"
 
@@ -190,7 +192,8 @@ Status SpineRing::Plan(const ModelWeights& w, const SpineRingOptions& o) {
     g.bytes = at;
   }
 
-  // Pinned groups: read once now, into buffers of their own.
+  // Pinned groups: read once now, into buffers of their own, by `readers` threads.
+  std::vector<PinnedRead> pinned_reads;
   size_t max_chunks = 0;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     Group& g = groups_[gi];
@@ -206,17 +209,13 @@ Status SpineRing::Plan(const ModelWeights& w, const SpineRingOptions& o) {
     stream_index_.push_back(-1);
     size_t capacity = 0;
     g.pinned_base = AlignedForDirectReads(&g.pinned_buffer, g.bytes, &capacity);
-    for (const Chunk& ch : g.chunks) {
-      const size_t room = capacity - static_cast<size_t>(ch.slot_offset);
-      auto got = files_[static_cast<size_t>(ch.file)].ReadSpan(
-          ch.offset, ch.bytes, g.pinned_base + ch.slot_offset, room);
-      if (!got.ok()) {
-        return Status::Error("spine " + *ch.tensor + ": " + got.status().message());
-      }
+    for (size_t k = 0; k < g.chunks.size(); ++k) {
+      pinned_reads.push_back({&g, k, capacity - static_cast<size_t>(g.chunks[k].slot_offset)});
     }
     AimGroup(g, g.pinned_base);
     pinned_bytes_ += g.bytes;
   }
+  DF_RETURN_IF_ERROR(ReadPinned(pinned_reads, std::max(o.readers, 1)));
   const int depth =
       streamed_.empty() ? 0 : std::clamp(o.depth, 1, static_cast<int>(streamed_.size()));
   slots_.resize(static_cast<size_t>(depth));
@@ -226,6 +225,37 @@ Status SpineRing::Plan(const ModelWeights& w, const SpineRingOptions& o) {
   }
   tasks_.resize(static_cast<size_t>(depth) * max_chunks + 1);
   return Status::Ok();
+}
+
+Status SpineRing::ReadPinned(const std::vector<PinnedRead>& reads, int readers) {
+  // At K3 size the pinned groups are tens of GB: one thread would leave the disk's queue at 1.
+  std::atomic<size_t> next{0};
+  std::mutex error_mutex;
+  std::string error;  // of the first failed chunk in list order, whichever thread saw it first
+  size_t failed_at = reads.size();
+  auto read = [&] {
+    for (size_t i = next++; i < reads.size(); i = next++) {
+      const PinnedRead& r = reads[i];
+      const Chunk& ch = r.group->chunks[r.chunk];
+      auto got = files_[static_cast<size_t>(ch.file)].ReadSpan(
+          ch.offset, ch.bytes, r.group->pinned_base + ch.slot_offset, r.room);
+      if (!got.ok()) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (i < failed_at) {
+          failed_at = i;
+          error = "spine " + *ch.tensor + ": " + got.status().message();
+        }
+        next = reads.size();  // the others stop after the read they hold (all earlier in order)
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t extra =
+      std::min(static_cast<size_t>(readers), reads.size()) - (reads.empty() ? 0 : 1);
+  for (size_t t = 0; t < extra; ++t) threads.emplace_back(read);
+  read();
+  for (auto& t : threads) t.join();
+  return error.empty() ? Status::Ok() : Status::Error(error);
 }
 
 void SpineRing::AimGroup(const Group& g, const uint8_t* base) {

@@ -131,8 +131,15 @@ class SpineRing final : public SpineSource, private IoQueue {
     int chunk = 0;
   };
 
+  struct PinnedRead {  // one chunk of a pinned group, read at construction
+    Group* group = nullptr;
+    size_t chunk = 0;
+    size_t room = 0;  // bytes of the group's buffer from the chunk's place on
+  };
+
   SpineRing() = default;
   Status Plan(const ModelWeights& w, const SpineRingOptions& o);
+  Status ReadPinned(const std::vector<PinnedRead>& reads, int readers);
   void AimGroup(const Group& g, const uint8_t* base);
   void Queue(int64_t group, int slot);  // mutex_ held
   int SlotOf(int64_t group) const;      // mutex_ held; -1 when none

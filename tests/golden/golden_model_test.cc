@@ -467,6 +467,17 @@ TEST(SpineRing, AShortReadNamesLayerTensorFileAndOffsetAndIsReadAgain) {
       << st.message();
   EXPECT_NE(st.message().find("offset"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("short read"), std::string::npos) << st.message();
+  // Pinned groups are read at construction, by several threads: the same short read fails
+  // Create, named the same way.
+  SpineRingOptions all_pinned = o;
+  all_pinned.pinned.assign((*weights)->layers.size() + 1, true);
+  all_pinned.readers = 4;
+  auto refused = SpineRing::Create(**weights, all_pinned);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("spine layer 3 "), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find("short read"), std::string::npos)
+      << refused.status().message();
   {
     std::ofstream out(shard, std::ios::binary | std::ios::trunc);
     out.write(original.data(), static_cast<std::streamsize>(original.size()));
