@@ -44,7 +44,7 @@ namespace deltafin {
 
 struct SpineRingOptions {
   int depth = 2;    // ring slots: the group in use plus depth-1 read ahead (1: no read-ahead)
-  int readers = 4;  // reader threads of the ring's own scheduler, when Create is given none
+  int readers = 4;  // threads reading the pinned groups at load, and the ring's own scheduler's
   ReadMode read_mode = ReadMode::kDirect;
   // [layers + 1] groups to read once and keep (layers, then the lm_head); empty: none.
   std::vector<bool> pinned;
@@ -55,9 +55,9 @@ class SpineRing final : public SpineSource, private IoQueue {
   static constexpr uint64_t kChunkBytes = uint64_t{1} << 20;
   static constexpr uint64_t kMaxGap = uint64_t{256} << 10;
 
-  // Opens the files, plans every group's extents, reads the pinned groups and starts the
-  // readers. Fails naming the file on any read error.
-  // Reads run on `scheduler` (not owned; it must outlive the ring) or, when null, on a scheduler
+  // Opens the files, plans every group's extents and reads the pinned groups (options.readers
+  // threads); fails naming the layer, tensor, file and offset on any read error. Streamed reads
+  // then run on `scheduler` (not owned; it must outlive the ring) or, when null, on a scheduler
   // of options.readers threads of the ring's own.
   static Result<std::unique_ptr<SpineRing>> Create(const ModelWeights& weights,
                                                    const SpineRingOptions& options,
