@@ -650,14 +650,19 @@ Result<ModelPlan> PlanModel(const ModelConfig& config, const PresetDims& dims,
     const uint64_t n = static_cast<uint64_t>(dims.spine_shards);
     limit = (spine_bytes + n - 1) / n;
   }
+  // How each non-expert tensor is generated: a pure function of the seed and its name.
+  auto make_tensor = [&](TensorSpec spec) -> Result<SpineTensor> {
+    SpineTensor t;
+    DF_ASSIGN_OR_RETURN(t.init, InitFor(spec, c));
+    t.bytes = SpecBytes(spec);
+    t.seed = TensorSeed(opts.seed, spec.name);
+    t.spec = std::move(spec);
+    return t;
+  };
   std::vector<std::vector<SpineTensor>> spine_shards(1);
   uint64_t current = 0;
   for (TensorSpec& s : spine) {
-    SpineTensor t;
-    DF_ASSIGN_OR_RETURN(t.init, InitFor(s, c));
-    t.bytes = SpecBytes(s);
-    t.seed = TensorSeed(opts.seed, s.name);
-    t.spec = std::move(s);
+    DF_ASSIGN_OR_RETURN(SpineTensor t, make_tensor(std::move(s)));
     const bool room_for_more =
         dims.spine_shards <= 0 || static_cast<int64_t>(spine_shards.size()) < dims.spine_shards;
     if (!spine_shards.back().empty() && current + t.bytes > limit && room_for_more) {
@@ -670,11 +675,7 @@ Result<ModelPlan> PlanModel(const ModelConfig& config, const PresetDims& dims,
   std::vector<SpineTensor> vision;
   if (dims.vision) {
     for (TensorSpec& s : VisionTensorSpecs(c.hidden_size)) {
-      SpineTensor t;
-      DF_ASSIGN_OR_RETURN(t.init, InitFor(s, c));
-      t.bytes = SpecBytes(s);
-      t.seed = TensorSeed(opts.seed, s.name);
-      t.spec = std::move(s);
+      DF_ASSIGN_OR_RETURN(SpineTensor t, make_tensor(std::move(s)));
       vision.push_back(std::move(t));
     }
   }
@@ -1110,11 +1111,29 @@ Result<std::string> PresetConfigJson(const std::string& preset,
   return text;
 }
 
-Result<std::vector<ShardSummary>> PlanModelShards(const MakeModelOptions& opts) {
-  DF_ASSIGN_OR_RETURN(const std::string config_text, PresetConfigJson(opts.preset, opts.overrides));
-  DF_ASSIGN_OR_RETURN(const ModelConfig config, ParseModelConfig(config_text, "make-model config"));
+namespace {
+
+// What make-model would write for these options: config.json's text and the shard plan.
+struct PlannedModel {
+  std::string config_text;
+  ModelPlan plan;
+};
+
+Result<PlannedModel> PlanFromOptions(const MakeModelOptions& opts) {
+  PlannedModel out;
+  DF_ASSIGN_OR_RETURN(out.config_text, PresetConfigJson(opts.preset, opts.overrides));
+  DF_ASSIGN_OR_RETURN(const ModelConfig config,
+                      ParseModelConfig(out.config_text, "make-model config"));
   DF_RETURN_IF_ERROR(CheckPlanSize(config));
-  DF_ASSIGN_OR_RETURN(const ModelPlan plan, PlanModel(config, *FindPreset(opts.preset), opts));
+  DF_ASSIGN_OR_RETURN(out.plan, PlanModel(config, *FindPreset(opts.preset), opts));
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<ShardSummary>> PlanModelShards(const MakeModelOptions& opts) {
+  DF_ASSIGN_OR_RETURN(const PlannedModel planned, PlanFromOptions(opts));
+  const ModelPlan& plan = planned.plan;
   std::vector<ShardSummary> out;
   for (const ShardPlan& shard : plan.shards) {
     ShardSummary s;
@@ -1131,10 +1150,10 @@ Result<std::vector<ShardSummary>> PlanModelShards(const MakeModelOptions& opts) 
 Status MakeModel(const MakeModelOptions& opts, MakeModelSummary* summary) {
   const auto start = std::chrono::steady_clock::now();
   if (opts.out_dir.empty()) return Status::Error("make-model: no output directory given");
-  DF_ASSIGN_OR_RETURN(const std::string config_text, PresetConfigJson(opts.preset, opts.overrides));
-  DF_ASSIGN_OR_RETURN(const ModelConfig config, ParseModelConfig(config_text, "make-model config"));
-  DF_RETURN_IF_ERROR(CheckPlanSize(config));
-  DF_ASSIGN_OR_RETURN(const ModelPlan plan, PlanModel(config, *FindPreset(opts.preset), opts));
+  DF_ASSIGN_OR_RETURN(const PlannedModel planned, PlanFromOptions(opts));
+  const std::string& config_text = planned.config_text;
+  const ModelPlan& plan = planned.plan;
+  const ModelConfig& config = plan.config;
   DF_RETURN_IF_ERROR(PrepareOutDir(opts.out_dir, opts.force));
 
   // Refuse up front rather than fail after writing most of a large model. A sparse model needs
