@@ -173,6 +173,11 @@ struct SessionStats {
 
 class Engine;
 
+// Ok when every id lies in [0, vocab_size); otherwise an error naming the first one that does not.
+// Session::Prefill and Verify apply it; a command may call it first, before a model loads, so that
+// a bad id is reported without the load's output in front of it.
+Status CheckTokenIds(std::span<const int32_t> ids, int64_t vocab_size);
+
 // Called by Session::Prefill after each chunk it feeds (EngineOptions::prefill_chunk positions, the
 // last one maybe shorter) with the positions of this call fed so far and the call's total, for
 // progress displays. Runs on the calling thread between chunks; must not call into the session.

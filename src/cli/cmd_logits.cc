@@ -72,13 +72,7 @@ int RunLogits(const LogitsArgs& args) {
   // of stderr rather than following the memory plan the load prints.
   if (auto options = args.model.Options(); options.ok()) {
     if (auto plan = Engine::Plan(*options); plan.ok()) {
-      for (int32_t id : *ids) {
-        if (id < 0 || id >= plan->vocab_size) {
-          return Fail(Status::Error("token id " + std::to_string(id) +
-                                    " is outside the vocabulary [0, " +
-                                    std::to_string(plan->vocab_size) + ")"));
-        }
-      }
+      if (Status st = CheckTokenIds(*ids, plan->vocab_size); !st.ok()) return Fail(st);
     }
   }
   auto engine = args.model.LoadEngine();

@@ -246,6 +246,16 @@ Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c
 
 }  // namespace
 
+Status CheckTokenIds(std::span<const int32_t> ids, int64_t vocab_size) {
+  for (const int32_t id : ids) {
+    if (id < 0 || id >= vocab_size) {
+      return Status::Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                           std::to_string(vocab_size) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
 Result<ModelInfo> Engine::Plan(const EngineOptions& options) {
   DF_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(options.model_dir));
   DF_ASSIGN_OR_RETURN(LoadPlan p, MakeLoadPlan(options, config));

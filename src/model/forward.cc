@@ -124,12 +124,7 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
                          " positions exceed the session capacity of " + std::to_string(capacity_) +
                          " (raise --ctx)");
   }
-  for (int64_t t = 0; t < n; ++t) {
-    if (tokens[t] < 0 || tokens[t] >= c_.vocab_size) {
-      return Status::Error("token id " + std::to_string(tokens[t]) +
-                           " is outside the vocabulary [0, " + std::to_string(c_.vocab_size) + ")");
-    }
-  }
+  DF_RETURN_IF_ERROR(CheckTokenIds({tokens, static_cast<size_t>(n)}, c_.vocab_size));
   const auto start = std::chrono::steady_clock::now();
   const double io_wait_before = stats_.io_wait_seconds;
   timer_.Start(&stats_);
