@@ -295,6 +295,11 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   if (options.spine_int8) {
     DF_RETURN_IF_ERROR(AttachSpineInt8(options.model_dir, impl->weights.get()));
   }
+  // One pool for every streamed read, spine and experts alike. The memory plan streams the spine
+  // only with streamed experts, so this is exactly when there is anything to stream.
+  if (plan.memory.experts_streamed || !plan.memory.spine_resident) {
+    impl->io_scheduler = std::make_unique<IoScheduler>(options.io_threads);
+  }
   if (plan.memory.experts_streamed) {
     if (plan.memory.spine_resident) {
       // The shards' mapped pages are then only the spine's, but a fault's read-around also
@@ -313,7 +318,6 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
     so.cache_bytes = plan.memory.expert_cache_bytes;
     so.io_threads = options.io_threads;
     so.verify_scales = options.verify_expert_reads;
-    impl->io_scheduler = std::make_unique<IoScheduler>(options.io_threads);
     DF_ASSIGN_OR_RETURN(
         impl->streamer,
         ExpertStreamer::Create(*impl->weights, so, std::move(reader), impl->io_scheduler.get()));
@@ -325,9 +329,6 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
     ro.readers = options.io_threads;
     ro.read_mode = options.direct_io ? ReadMode::kDirect : ReadMode::kBuffered;
     ro.pinned = plan.memory.spine_pinned;
-    if (impl->io_scheduler == nullptr) {
-      impl->io_scheduler = std::make_unique<IoScheduler>(options.io_threads);
-    }
     DF_ASSIGN_OR_RETURN(impl->spine_ring,
                         SpineRing::Create(*impl->weights, ro, impl->io_scheduler.get()));
     // The ring's actual slots include alignment and the small tensors between matrices; the
