@@ -1,6 +1,11 @@
 #include "cli/token_stats.h"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#if defined(__linux__)
+#include <sys/sysmacros.h>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -14,6 +19,30 @@ uint64_t ProcMajorFaults() {
   struct rusage usage {};
   if (::getrusage(RUSAGE_SELF, &usage) != 0) return 0;
   return static_cast<uint64_t>(usage.ru_majflt);
+}
+
+DeviceBusyClock::DeviceBusyClock(const std::string& path) {
+#if defined(__linux__)
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return;
+  device_ = std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
+  const std::string stat_path = "/sys/dev/block/" + device_ + "/stat";
+  std::ifstream f(stat_path);
+  if (f.good()) stat_path_ = stat_path;
+#else
+  (void)path;
+#endif
+}
+
+uint64_t DeviceBusyClock::busy_ms() const {
+  if (stat_path_.empty()) return 0;
+  // Fields: reads, merged, sectors, ms; writes, merged, sectors, ms; in flight; io_ticks; ...
+  std::ifstream f(stat_path_);
+  uint64_t field[10] = {};
+  for (uint64_t& v : field) {
+    if (!(f >> v)) return 0;
+  }
+  return field[9];
 }
 
 uint64_t ProcReadBytes() {

@@ -20,12 +20,30 @@ uint64_t ProcReadBytes();
 // Major page faults (faults that waited for a read) of this process so far (getrusage).
 uint64_t ProcMajorFaults();
 
+// How long the block device that holds a path had reads or writes in flight: the io_ticks field
+// of Linux's /sys/dev/block/MAJOR:MINOR/stat, in milliseconds. Where the path is not on a block
+// device the kernel reports on (overlay and network filesystems, macOS), available() is false.
+// A device near 100 % busy while decode waits on reads is at its own floor, whatever a separate
+// bandwidth probe measured.
+class DeviceBusyClock {
+ public:
+  explicit DeviceBusyClock(const std::string& path);
+  bool available() const { return !stat_path_.empty(); }
+  std::string device() const { return device_; }  // "MAJOR:MINOR"
+  uint64_t busy_ms() const;                       // 0 when not available
+
+ private:
+  std::string stat_path_;
+  std::string device_;
+};
+
 struct StepStats {
   int64_t position = 0;  // position of the fed token
   double seconds = 0;    // wall time of the step
   SessionStats delta;    // counters of this step alone
   uint64_t proc_read_bytes = 0;
-  uint64_t major_faults = 0;  // page faults of the step that waited for the disk
+  uint64_t major_faults = 0;    // page faults of the step that waited for the disk
+  uint64_t device_busy_ms = 0;  // the model's block device had I/O in flight (DeviceBusyClock)
   // Spine bytes read from disk: what the kernel counted beyond the expert reads (the spine is
   // mapped, so its reads are page faults the engine does not see one by one).
   uint64_t SpineBytes() const {

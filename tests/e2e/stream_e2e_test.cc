@@ -3,8 +3,11 @@
 // and reports the fields docs/PERFORMANCE.md relies on, staying within its limit. Both report the
 // op-family breakdown (docs/BREAKDOWN.md) per step, and `bench decode --svg` draws it.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -144,6 +147,21 @@ TEST_F(StreamE2e, BenchDecodeUnderARealMemoryCgroup) {
   const uint64_t limit = j["memory_limit"], peak = j["peak_memory_bytes"];
   EXPECT_GT(limit, 0u);
   EXPECT_LE(peak, limit);
+  // The disk's busy share is reported exactly when the kernel has a stat file for the block
+  // device that holds the model, and is then a fraction.
+  struct stat st {};
+  ASSERT_EQ(::stat(model_.c_str(), &st), 0);
+  const std::string device =
+      std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
+  ASSERT_TRUE(j.contains("disk_busy_fraction"));
+  if (std::filesystem::exists("/sys/dev/block/" + device + "/stat")) {
+    ASSERT_TRUE(j["disk_busy_fraction"].is_number()) << j["disk_busy_fraction"];
+    EXPECT_GE(j["disk_busy_fraction"].get<double>(), 0.0);
+    EXPECT_LE(j["disk_busy_fraction"].get<double>(), 1.0);
+    EXPECT_EQ(j["disk_device"], device);
+  } else {
+    EXPECT_TRUE(j["disk_busy_fraction"].is_null()) << j["disk_busy_fraction"];
+  }
 }
 
 }  // namespace
