@@ -14,7 +14,8 @@ Export to the Hugging Face layout is training/export.py.
 A second stage (`--init` with `--copy-fraction`) fine-tunes a trained model on a mix of plain
 windows and *copy windows*: a passage, other text, then the passage again, so the model learns to
 continue a passage it has already seen in its context (the skill prompt-lookup speculation and
-any quoting user rely on); training/README.md has the recipe.
+any quoting user rely on), and with `--repeat-fraction` on windows of a random passage repeated
+(the lookup with no other way to predict it); training/README.md has the recipes and results.
 
 Everything is a pure function of the arguments: the seed fixes the initial weights and the data
 order, torch runs with a fixed thread count, so two runs write bit-identical checkpoints
@@ -81,6 +82,15 @@ def copy_window(ids, seq, gen):
     return window, passage + gap, passage
 
 
+def repeat_window(seq, gen, ranks):
+    """seq + 1 ids: a passage of 8 to seq / 4 uniform random ids below `ranks`, repeated until the
+    window is full. Nothing but looking the passage up predicts its repeats, so these windows
+    teach the lookup itself (an induction mechanism) with most positions as targets."""
+    passage = int(torch.randint(8, seq // 4 + 1, (1,), generator=gen))
+    text = torch.randint(0, ranks, (passage,), generator=gen)
+    return text.repeat((seq + 1 + passage - 1) // passage)[:seq + 1], passage
+
+
 @torch.no_grad()
 def evaluate_copy(model, ids, seq, windows=16):
     """Greedy top-1 accuracy on the repeated passage of fixed copy windows of held-out text, over
@@ -96,6 +106,23 @@ def evaluate_copy(model, ids, seq, windows=16):
         pred = model(w[:-1].unsqueeze(0))[0].argmax(-1)
         hits += int((pred[rows] == w[1:][rows]).sum())
         count += pred[rows].numel()
+    model.train()
+    return hits / count
+
+
+@torch.no_grad()
+def evaluate_repeat(model, seq, ranks, windows=16):
+    """Greedy top-1 accuracy on the repeats of fixed repeat_window windows: 0 for a model that does
+    not look its context up, near 1 for one that copies."""
+    model.eval()
+    gen = torch.Generator().manual_seed(1234)
+    hits, count = 0, 0
+    for _ in range(windows):
+        w, passage = repeat_window(seq, gen, ranks)
+        pred = model(w[:-1].unsqueeze(0))[0].argmax(-1)
+        # Row t predicts w[t + 1]; from row `passage` on, that id is already in the context.
+        hits += int((pred[passage:] == w[1:][passage:]).sum())
+        count += pred[passage:].numel()
     model.train()
     return hits / count
 
@@ -160,9 +187,13 @@ def main():
                          "instead of random weights")
     ap.add_argument("--copy-fraction", type=float, default=0.0,
                     help="share of each batch that is copy windows (copy_window)")
+    ap.add_argument("--repeat-fraction", type=float, default=0.0,
+                    help="share of each batch that is repeated random passages (repeat_window)")
     ap.add_argument("--stop-after", type=int, default=0,
                     help="end after this many steps of the --steps schedule (reproducibility checks)")
     args = ap.parse_args()
+    if args.copy_fraction + args.repeat_fraction > 1:
+        ap.error("--copy-fraction plus --repeat-fraction is more than the whole batch")
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -193,7 +224,10 @@ def main():
                                 generator=data_gen)
         n_copy = round(args.batch * args.copy_fraction)
         windows = [train_ids[o:o + args.seq + 1] for o in offsets.tolist()[n_copy:]]
+        n_repeat = round(args.batch * args.repeat_fraction)
+        windows = windows[:len(windows) - n_repeat] if n_repeat > 0 else windows
         windows += [copy_window(train_ids, args.seq, data_gen)[0] for _ in range(n_copy)]
+        windows += [repeat_window(args.seq, data_gen, args.num_ranks)[0] for _ in range(n_repeat)]
         batch = torch.stack(windows)
         logits = model(batch[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
@@ -209,6 +243,8 @@ def main():
             entry["val"] = round(evaluate(model, val_ids, 256, args.eval_tokens), 4)
             if args.copy_fraction > 0:
                 entry["copy_acc"] = round(evaluate_copy(model, val_ids, args.seq), 4)
+            if args.repeat_fraction > 0:
+                entry["repeat_acc"] = round(evaluate_repeat(model, args.seq, args.num_ranks), 4)
             tokens = done * args.batch * args.seq
             entry["tokens_per_s"] = round(tokens / (time.time() - start), 1)
         if "val" in entry or done % 10 == 0:
