@@ -255,6 +255,10 @@ class Engine {
   // random across all MoE layers, with the engine's I/O threads and read mode (direct or
   // buffered). Not to be called while a session of this engine runs a forward pass.
   Result<double> ProbeExpertReadBandwidth(int64_t count, uint64_t seed) const;
+  // The same for one decode step's reads when the spine streams (ModelInfo::spine_resident is
+  // false): in pass order, each streamed spine group's chunks as the ring reads them, then top-k
+  // random experts of that layer. With a resident spine, decode reads only experts: use the above.
+  Result<double> ProbeDecodeReadBandwidth(uint64_t seed) const;
 
  private:
   struct Impl;

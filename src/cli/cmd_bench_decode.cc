@@ -3,7 +3,8 @@
 //
 // The parent process works out the scenario's RAM budget from the model's plan, creates a memory
 // cgroup with that limit, drops the page cache, and forks; the child joins the cgroup before it
-// loads anything, measures the disk with the decode access pattern (random whole-expert reads,
+// loads anything, measures the disk with the decode access pattern (random whole-expert reads;
+// with a streamed spine, one step's ring chunks and experts in pass order: weights/read_probe.h;
 // same I/O threads and mode) on the model's own shards, then prefills a fixed prompt and decodes.
 // Per step it records wall time, the engine's byte and time counters and /proc/self/io
 // read_bytes. The report: median seconds per token over the steps after the first, bytes per
@@ -76,12 +77,26 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
   if (probe <= 0) {
     probe = std::clamp<int64_t>(static_cast<int64_t>((1ull << 30) / info.expert_bytes), 256, 4096);
   }
+  // With a streamed spine, three quarters of a step's bytes are the ring's large sequential
+  // chunks, so the probe reads one step's worth of them with the experts in pass order: this disk
+  // gives the two patterns different rates (docs/PERFORMANCE.md, 2026-12-04).
   auto measure_disk = [&](uint64_t seed, const char* when) -> Result<double> {
-    DF_ASSIGN_OR_RETURN(double bps, engine->ProbeExpertReadBandwidth(probe, seed));
-    char line[200];
-    std::snprintf(
-        line, sizeof line, "disk %s: %.3f GB/s over %lld random expert reads (%s, %d threads)",
-        when, bps / 1e9, static_cast<long long>(probe), info.expert_read_mode, options.io_threads);
+    char line[240];
+    double bps = 0;
+    if (info.spine_resident) {
+      DF_ASSIGN_OR_RETURN(bps, engine->ProbeExpertReadBandwidth(probe, seed));
+      std::snprintf(line, sizeof line,
+                    "disk %s: %.3f GB/s over %lld random expert reads (%s, %d threads)", when,
+                    bps / 1e9, static_cast<long long>(probe), info.expert_read_mode,
+                    options.io_threads);
+    } else {
+      DF_ASSIGN_OR_RETURN(bps, engine->ProbeDecodeReadBandwidth(seed));
+      std::snprintf(line, sizeof line,
+                    "disk %s: %.3f GB/s over one decode step's reads: the streamed spine's ring "
+                    "chunks and %lld random experts a MoE layer, in pass order (%s, %d threads)",
+                    when, bps / 1e9, static_cast<long long>(info.experts_per_token),
+                    info.expert_read_mode, options.io_threads);
+    }
     LogInfo(line);
     return bps;
   };
@@ -212,8 +227,8 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
     ops_per_token[OpFamilyName(static_cast<OpFamily>(f))] = per_token;
     ops_sum += per_token;
   }
-  std::vector<double> secs, compute, expert_b, needed_b, spine_b, proc_b, hits, loads, pf_hits,
-      faults;
+  std::vector<double> secs, compute, expert_b, needed_b, spine_b, ring_b, proc_b, hits, loads,
+      pf_hits, faults;
   double busy_s = 0, wall_s = 0;
   for (size_t i = 1; i < steps.size(); ++i) {  // the first step is not counted
     const StepStats& s = steps[i];
@@ -222,6 +237,7 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
     expert_b.push_back(static_cast<double>(s.delta.expert_bytes_read));
     needed_b.push_back(static_cast<double>(s.delta.expert_bytes_needed));
     spine_b.push_back(static_cast<double>(s.SpineBytes()));
+    ring_b.push_back(static_cast<double>(s.delta.spine_bytes_read));
     proc_b.push_back(static_cast<double>(s.proc_read_bytes));
     faults.push_back(static_cast<double>(s.major_faults));
     busy_s += static_cast<double>(s.device_busy_ms) / 1e3;
@@ -248,6 +264,8 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
       {"disk_gbps", disk_bps / 1e9},
       {"disk_gbps_before", disk_before / 1e9},
       {"disk_gbps_after", disk_after / 1e9},
+      {"disk_probe",
+       info.spine_resident ? "random experts" : "decode step (spine chunks and experts)"},
       {"compute_s_per_token", compute_s},
       {"floor_s", floor_s},
       {"floor_ratio", floor_s > 0 ? s_per_token / floor_s : 0.0},
@@ -259,7 +277,10 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
       // max(that, compute).
       {"read_floor_s", io_floor_s},
       {"read_floor_ratio", floor_s > 0 ? s_per_token / floor_s : 0.0},
-      {"spine_streamed_bytes_per_token", Mean(spine_b)},
+      // The engine's own counts: what the spine ring read (0 with a resident spine) and every
+      // byte it read, to hold against the kernel's proc_read_bytes_per_token.
+      {"spine_streamed_bytes_per_token", Mean(ring_b)},
+      {"engine_read_bytes_per_token", Mean(expert_b) + Mean(ring_b)},
       {"major_faults_per_token", Mean(faults)},
       // Share of the counted steps' wall time the model's block device had I/O in flight (null
       // where the kernel does not report it for the model's filesystem). Near 1 in a disk-bound
@@ -361,6 +382,7 @@ void PrintReport(const nlohmann::json& j) {
                           "expert_bytes_needed_per_token",
                           "spine_bytes_per_token",
                           "spine_streamed_bytes_per_token",
+                          "engine_read_bytes_per_token",
                           "spine_resident_bytes",
                           "major_faults_per_token",
                           "disk_busy_fraction",

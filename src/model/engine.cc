@@ -15,6 +15,7 @@
 #include "weights/expert_streamer.h"
 #include "weights/io_scheduler.h"
 #include "weights/memory_plan.h"
+#include "weights/read_probe.h"
 #include "weights/spine_int8.h"
 #include "weights/spine_pages.h"
 #include "weights/spine_ring.h"
@@ -350,6 +351,16 @@ Result<double> Engine::ProbeExpertReadBandwidth(int64_t count, uint64_t seed) co
   std::lock_guard<std::mutex> lock(impl_->stream_mutex);
   DF_ASSIGN_OR_RETURN(auto reader, OpenShardSpanReader(*impl_->weights, impl_->options.direct_io));
   return ProbeExpertReads(*impl_->weights, *reader, impl_->options.io_threads, count, seed);
+}
+
+Result<double> Engine::ProbeDecodeReadBandwidth(uint64_t seed) const {
+  if (impl_->spine_ring == nullptr) {
+    return Status::Error("the spine is resident: decode reads only experts");
+  }
+  std::lock_guard<std::mutex> lock(impl_->stream_mutex);
+  DF_ASSIGN_OR_RETURN(auto reader, OpenShardSpanReader(*impl_->weights, impl_->options.direct_io));
+  return ProbeDecodeReads(*impl_->weights, *reader, *impl_->spine_ring, impl_->options.io_threads,
+                          seed);
 }
 
 const ModelInfo& Engine::info() const { return impl_->info; }

@@ -60,57 +60,6 @@ Result<std::unique_ptr<ExpertSpanReader>> OpenShardSpanReader(const ModelWeights
   return std::unique_ptr<ExpertSpanReader>(new ShardSpanReader(std::move(files)));
 }
 
-Result<double> ProbeExpertReads(const ModelWeights& weights, ExpertSpanReader& reader, int threads,
-                                int64_t count, uint64_t seed) {
-  const ModelConfig& c = weights.config;
-  const uint64_t bytes = c.ExpertBytes();
-  const size_t capacity = DirectFile::BufferBytesFor(bytes);
-  std::vector<const LayerWeights*> moe_layers;
-  for (const auto& l : weights.layers) {
-    if (l.is_moe) moe_layers.push_back(&l);
-  }
-  if (moe_layers.empty() || count < 1 || threads < 1) return Status::Error("nothing to probe");
-  // The spans, drawn up front with a fixed generator (splitmix64) so every run reads the same.
-  std::vector<std::pair<int, uint64_t>> spans(static_cast<size_t>(count));
-  uint64_t state = seed;
-  auto next = [&state] {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  for (auto& sp : spans) {
-    const LayerWeights& l = *moe_layers[next() % moe_layers.size()];
-    sp = {l.moe.expert_shard, l.moe.expert_offsets[next() % l.moe.expert_offsets.size()]};
-  }
-  std::atomic<int64_t> cursor{0};
-  std::mutex mu;
-  Status first_error;
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&] {
-      auto* buffer = static_cast<uint8_t*>(std::aligned_alloc(DirectFile::kIoAlignment, capacity));
-      for (int64_t i; (i = cursor.fetch_add(1)) < count;) {
-        const auto& sp = spans[static_cast<size_t>(i)];
-        auto got = reader.Read(sp.first, sp.second, bytes, buffer, capacity);
-        if (!got.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (first_error.ok()) first_error = got.status();
-          cursor = count;
-        }
-      }
-      std::free(buffer);
-    });
-  }
-  for (auto& t : pool) t.join();
-  DF_RETURN_IF_ERROR(first_error);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return static_cast<double>(bytes) * static_cast<double>(count) / seconds;
-}
-
 uint64_t ExpertStreamer::SlotBytes(const ModelConfig& c) {
   return DirectFile::BufferBytesFor(c.ExpertBytes());
 }

@@ -54,11 +54,6 @@ class ExpertSpanReader {
 Result<std::unique_ptr<ExpertSpanReader>> OpenShardSpanReader(const ModelWeights& weights,
                                                               bool direct);
 
-// Reads `count` experts chosen uniformly at random (seeded) across all MoE layers with `threads`
-// concurrent readers, the access pattern of decode, and returns the bytes per second achieved.
-Result<double> ProbeExpertReads(const ModelWeights& weights, ExpertSpanReader& reader, int threads,
-                                int64_t count, uint64_t seed);
-
 struct ExpertStreamOptions {
   uint64_t cache_bytes = 0;   // RAM for slots; at least MinCacheBytes()
   int io_threads = 8;         // concurrent reads (the disk queue depth)

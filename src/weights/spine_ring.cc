@@ -414,6 +414,23 @@ void SpineRing::Run(int64_t ticket) {
   if (--s.remaining == 0) done_.notify_all();
 }
 
+std::vector<SpineRing::StreamedRead> SpineRing::StreamedReads() const {
+  std::vector<StreamedRead> out;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (groups_[g].pinned) continue;
+    for (const Chunk& ch : groups_[g].chunks) {
+      out.push_back({static_cast<int64_t>(g), ch.file, ch.offset, ch.bytes});
+    }
+  }
+  return out;
+}
+
+Status SpineRing::ReadForProbe(const StreamedRead& read, uint8_t* buffer, size_t capacity) const {
+  return files_[static_cast<size_t>(read.file)]
+      .ReadSpan(read.offset, read.bytes, buffer, capacity)
+      .status();
+}
+
 std::string SpineRing::Describe() const {
   std::ostringstream o;
   int pinned_layers = 0;

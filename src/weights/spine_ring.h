@@ -89,6 +89,17 @@ class SpineRing final : public SpineSource, private IoQueue {
   // One line for the startup log: pinned groups and bytes, streamed bytes, depth.
   std::string Describe() const;
 
+  // The reads of one pass over the streamed groups, in pass order, as the ring issues them; for a
+  // disk probe with decode's access pattern (weights/read_probe.h). ReadForProbe reads one into
+  // the caller's buffer (capacity bytes, aligned for direct I/O), never into a slot.
+  struct StreamedRead {
+    int64_t group = 0;
+    int file = 0;
+    uint64_t offset = 0, bytes = 0;
+  };
+  std::vector<StreamedRead> StreamedReads() const;
+  Status ReadForProbe(const StreamedRead& read, uint8_t* buffer, size_t capacity) const;
+
  private:
   struct MatrixRef {  // one matrix of a group, where it is on disk and which pointer it feeds
     int file = 0;

@@ -138,6 +138,10 @@ TEST_F(StreamE2e, BenchDecodeUnderARealMemoryCgroup) {
   // The spine fits in this scenario's budget: all of it is resident.
   EXPECT_EQ(j["spine_resident_bytes"], j["spine_bytes"]);
   EXPECT_EQ(j["read_floor_ratio"], j["floor_ratio"]);
+  // Nothing streams of a resident spine: the engine read only experts, and the probe read them.
+  EXPECT_EQ(j["spine_streamed_bytes_per_token"].get<double>(), 0.0);
+  EXPECT_EQ(j["engine_read_bytes_per_token"], j["expert_bytes_per_token"]);
+  EXPECT_EQ(j["disk_probe"], "random experts");
   EXPECT_GE(j["major_faults_per_token"].get<double>(), 0.0);
   EXPECT_EQ(j["scenario"], "stream-spine-resident");
   EXPECT_EQ(j["tokens"], 3);

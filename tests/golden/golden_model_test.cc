@@ -7,14 +7,17 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "deltafin/engine.h"
 #include "golden/golden_data.h"
+#include "io/direct_file.h"
 #include "model/forward.h"
 #include "unit/test_files.h"
 #include "weights/expert_streamer.h"
@@ -424,6 +427,54 @@ TEST(GoldenModel, StreamedSpineRingDepthsAreBitIdentical) {
     ASSERT_TRUE(session->Decode(7).ok());
     EXPECT_EQ(session->stats().spine_bytes_read - before.spine_bytes_read,
               info.spine_streamed_bytes);
+    // The disk probe for this plan reads one step's ring chunks and experts (bench decode).
+    auto bps = (*engine)->ProbeDecodeReadBandwidth(5);
+    ASSERT_TRUE(bps.ok()) << bps.status().message();
+    EXPECT_GT(*bps, 0.0);
+  }
+  // With a resident spine decode reads only experts, and the step probe says so.
+  options.mem_limit = 0;
+  auto resident = Engine::Load(options);
+  ASSERT_TRUE(resident.ok()) << resident.status().message();
+  ASSERT_TRUE((*resident)->info().spine_resident);
+  auto refused = (*resident)->ProbeDecodeReadBandwidth(5);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("spine is resident"), std::string::npos);
+}
+
+// The reads a disk probe makes for one step of a streamed spine are the ring's own: every chunk
+// of every streamed group once, in pass order, and nothing of a pinned group.
+TEST(SpineRing, StreamedReadsAreOnePassOfTheStreamedGroups) {
+  auto weights = ModelWeights::Load(testing::GoldenModelDir(), BindOptions{});
+  ASSERT_TRUE(weights.ok()) << weights.status().message();
+  const ModelWeights& w = **weights;
+  std::vector<bool> every_other(w.layers.size() + 1);
+  for (size_t g = 0; g < every_other.size(); g += 2) every_other[g] = true;
+  SpineRingOptions o;
+  o.pinned = every_other;
+  auto ring = SpineRing::Create(w, o);
+  ASSERT_TRUE(ring.ok()) << ring.status().message();
+  const auto reads = (*ring)->StreamedReads();
+  ASSERT_FALSE(reads.empty());
+  uint64_t bytes = 0;
+  int64_t previous_group = -1;
+  for (const auto& r : reads) {
+    EXPECT_FALSE(every_other[static_cast<size_t>(r.group)]) << r.group;
+    EXPECT_GE(r.group, previous_group);
+    EXPECT_LE(r.bytes, SpineRing::kChunkBytes);
+    previous_group = r.group;
+    bytes += r.bytes;
+  }
+  // The ring counts a group's bytes from block-aligned extent starts, rounded up to whole blocks
+  // between extents; the chunks cover each extent exactly, so they can only be fewer.
+  EXPECT_LE(bytes, (*ring)->streamed_bytes_per_pass());
+  EXPECT_GT(bytes + 4096 * reads.size(), (*ring)->streamed_bytes_per_pass());
+  const size_t capacity = DirectFile::BufferBytesFor(SpineRing::kChunkBytes);
+  std::unique_ptr<uint8_t, decltype(&std::free)> buffer(
+      static_cast<uint8_t*>(std::aligned_alloc(DirectFile::kIoAlignment, capacity)), &std::free);
+  for (const auto& r : reads) {
+    const Status st = (*ring)->ReadForProbe(r, buffer.get(), capacity);
+    ASSERT_TRUE(st.ok()) << st.message();
   }
 }
 
