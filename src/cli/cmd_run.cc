@@ -77,15 +77,20 @@ class StatsReporter {
     if (!enabled()) return;
     const ModelInfo& info = engine.info();
     if (info.experts_streamed) {
-      // The floor's disk bandwidth: the decode access pattern, measured now on these files.
-      auto bps = engine.ProbeExpertReadBandwidth(
-          256, static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+      // The floor's disk bandwidth: the decode access pattern, measured now on these files (with
+      // a streamed spine, one step's ring chunks and experts).
+      const auto seed =
+          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+      auto bps = info.spine_resident ? engine.ProbeExpertReadBandwidth(256, seed)
+                                     : engine.ProbeDecodeReadBandwidth(seed);
       if (bps.ok()) disk_bps_ = *bps;
-      char line[160];
+      char line[200];
       std::snprintf(line, sizeof line,
-                    "stats: disk %.2f GB/s (256 random expert reads, %s I/O); floor = max(disk "
-                    "bytes / that, compute)",
-                    disk_bps_ / 1e9, info.expert_read_mode);
+                    "stats: disk %.2f GB/s (%s, %s I/O); floor = max(disk bytes / that, compute)",
+                    disk_bps_ / 1e9,
+                    info.spine_resident ? "256 random expert reads"
+                                        : "one decode step's spine chunks and experts",
+                    info.expert_read_mode);
       LogInfo(line);
     } else {
       LogInfo("stats: experts are mapped (all in RAM); floor = compute time");
