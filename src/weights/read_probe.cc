@@ -1,12 +1,11 @@
 #include "weights/read_probe.h"
 
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <mutex>
-#include <thread>
+#include <memory>
 #include <vector>
 
+#include "base/parallel_each.h"
 #include "io/direct_file.h"
 
 namespace deltafin {
@@ -42,28 +41,17 @@ ExpertSpan RandomExpert(const LayerWeights& l, SpanDraw* draw) {
 Result<double> TimeParallelReads(int threads, int64_t count, size_t capacity,
                                  const std::function<Status(int64_t, uint8_t*)>& read) {
   if (count < 1 || threads < 1) return Status::Error("nothing to probe");
-  std::atomic<int64_t> cursor{0};
-  std::mutex mu;
-  Status first_error;
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(threads));
+  std::vector<std::unique_ptr<uint8_t, decltype(&std::free)>> buffers;
   for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&] {
-      auto* buffer = static_cast<uint8_t*>(std::aligned_alloc(DirectFile::kIoAlignment, capacity));
-      for (int64_t i; (i = cursor.fetch_add(1)) < count;) {
-        Status st = buffer != nullptr ? read(i, buffer) : Status::Error("out of memory");
-        if (!st.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (first_error.ok()) first_error = st;
-          cursor = count;
-        }
-      }
-      std::free(buffer);
-    });
+    buffers.emplace_back(
+        static_cast<uint8_t*>(std::aligned_alloc(DirectFile::kIoAlignment, capacity)), &std::free);
+    if (buffers.back() == nullptr) return Status::Error("out of memory for probe buffers");
   }
-  for (auto& t : pool) t.join();
-  DF_RETURN_IF_ERROR(first_error);
+  const auto start = std::chrono::steady_clock::now();
+  DF_RETURN_IF_ERROR(
+      ForEachOnThreads(threads, static_cast<size_t>(count), [&](size_t i, int thread) -> Status {
+        return read(static_cast<int64_t>(i), buffers[static_cast<size_t>(thread)].get());
+      }));
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

@@ -1,12 +1,11 @@
 #include "weights/spine_ring.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <sstream>
-#include <thread>
 
 #include "base/byte_size.h"
+#include "base/parallel_each.h"
 
 namespace deltafin {
 
@@ -229,33 +228,15 @@ Status SpineRing::Plan(const ModelWeights& w, const SpineRingOptions& o) {
 
 Status SpineRing::ReadPinned(const std::vector<PinnedRead>& reads, int readers) {
   // At K3 size the pinned groups are tens of GB: one thread would leave the disk's queue at 1.
-  std::atomic<size_t> next{0};
-  std::mutex error_mutex;
-  std::string error;  // of the first failed chunk in list order, whichever thread saw it first
-  size_t failed_at = reads.size();
-  auto read = [&] {
-    for (size_t i = next++; i < reads.size(); i = next++) {
-      const PinnedRead& r = reads[i];
-      const Chunk& ch = r.group->chunks[r.chunk];
-      auto got = files_[static_cast<size_t>(ch.file)].ReadSpan(
-          ch.offset, ch.bytes, r.group->pinned_base + ch.slot_offset, r.room);
-      if (!got.ok()) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (i < failed_at) {
-          failed_at = i;
-          error = "spine " + *ch.tensor + ": " + got.status().message();
-        }
-        next = reads.size();  // the others stop after the read they hold (all earlier in order)
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  const size_t extra =
-      std::min(static_cast<size_t>(readers), reads.size()) - (reads.empty() ? 0 : 1);
-  for (size_t t = 0; t < extra; ++t) threads.emplace_back(read);
-  read();
-  for (auto& t : threads) t.join();
-  return error.empty() ? Status::Ok() : Status::Error(error);
+  // The error is the first failing chunk's in list order, whichever thread saw it.
+  return ForEachOnThreads(readers, reads.size(), [&](size_t i, int) -> Status {
+    const PinnedRead& r = reads[i];
+    const Chunk& ch = r.group->chunks[r.chunk];
+    auto got = files_[static_cast<size_t>(ch.file)].ReadSpan(
+        ch.offset, ch.bytes, r.group->pinned_base + ch.slot_offset, r.room);
+    if (!got.ok()) return Status::Error("spine " + *ch.tensor + ": " + got.status().message());
+    return Status::Ok();
+  });
 }
 
 void SpineRing::AimGroup(const Group& g, const uint8_t* base) {
