@@ -173,6 +173,12 @@ struct SessionStats {
 
 class Engine;
 
+// What Engine::ProbeDiskBandwidth measured.
+struct DiskProbe {
+  double bytes_per_second = 0;
+  std::string pattern;  // what was read, for logs and reports ("256 random expert reads", ...)
+};
+
 // Ok when every id lies in [0, vocab_size); otherwise an error naming the first one that does not.
 // Session::Prefill and Verify apply it; a command may call it first, before a model loads, so that
 // a bad id is reported without the load's output in front of it.
@@ -251,14 +257,13 @@ class Engine {
   // The memory plan Load would make for `options` (ModelInfo's plan fields and model shape),
   // from config.json alone: no weights are read.
   static Result<ModelInfo> Plan(const EngineOptions& options);
-  // Disk read bandwidth in bytes/s for the expert access pattern of decode: `count` experts at
-  // random across all MoE layers, with the engine's I/O threads and read mode (direct or
-  // buffered). Not to be called while a session of this engine runs a forward pass.
-  Result<double> ProbeExpertReadBandwidth(int64_t count, uint64_t seed) const;
-  // The same for one decode step's reads when the spine streams (ModelInfo::spine_resident is
-  // false): in pass order, each streamed spine group's chunks as the ring reads them, then top-k
-  // random experts of that layer. With a resident spine, decode reads only experts: use the above.
-  Result<double> ProbeDecodeReadBandwidth(uint64_t seed) const;
+  // Disk read bandwidth for decode's own access pattern (the floors of bench decode and
+  // run --stats), with the engine's I/O threads and read mode (direct or buffered). With a
+  // resident spine decode reads only experts: `expert_reads` experts at random across all MoE
+  // layers. With a streamed spine, one decode step's reads: in pass order, each streamed group's
+  // chunks as the ring reads them, then top-k random experts of that layer. Not to be called
+  // while a session of this engine runs a forward pass.
+  Result<DiskProbe> ProbeDiskBandwidth(int64_t expert_reads, uint64_t seed) const;
 
  private:
   struct Impl;

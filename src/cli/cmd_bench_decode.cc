@@ -77,28 +77,18 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
   if (probe <= 0) {
     probe = std::clamp<int64_t>(static_cast<int64_t>((1ull << 30) / info.expert_bytes), 256, 4096);
   }
-  // With a streamed spine, three quarters of a step's bytes are the ring's large sequential
-  // chunks, so the probe reads one step's worth of them with the experts in pass order: this disk
-  // gives the two patterns different rates (docs/PERFORMANCE.md, 2026-12-04).
+  // With a streamed spine the engine's probe reads one decode step's spine chunks and experts:
+  // this disk gives the two patterns different rates (docs/PERFORMANCE.md, 2026-12-04).
+  std::string probe_pattern;
   auto measure_disk = [&](uint64_t seed, const char* when) -> Result<double> {
-    char line[240];
-    double bps = 0;
-    if (info.spine_resident) {
-      DF_ASSIGN_OR_RETURN(bps, engine->ProbeExpertReadBandwidth(probe, seed));
-      std::snprintf(line, sizeof line,
-                    "disk %s: %.3f GB/s over %lld random expert reads (%s, %d threads)", when,
-                    bps / 1e9, static_cast<long long>(probe), info.expert_read_mode,
-                    options.io_threads);
-    } else {
-      DF_ASSIGN_OR_RETURN(bps, engine->ProbeDecodeReadBandwidth(seed));
-      std::snprintf(line, sizeof line,
-                    "disk %s: %.3f GB/s over one decode step's reads: the streamed spine's ring "
-                    "chunks and %lld random experts a MoE layer, in pass order (%s, %d threads)",
-                    when, bps / 1e9, static_cast<long long>(info.experts_per_token),
-                    info.expert_read_mode, options.io_threads);
-    }
+    DF_ASSIGN_OR_RETURN(const DiskProbe p, engine->ProbeDiskBandwidth(probe, seed));
+    probe_pattern = p.pattern;
+    char line[320];
+    std::snprintf(line, sizeof line, "disk %s: %.3f GB/s over %s (%s, %d threads)", when,
+                  p.bytes_per_second / 1e9, p.pattern.c_str(), info.expert_read_mode,
+                  options.io_threads);
     LogInfo(line);
-    return bps;
+    return p.bytes_per_second;
   };
   // A new draw of spans every run: a virtual disk's host may cache what an earlier run read.
   const auto seed =
@@ -264,8 +254,7 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
       {"disk_gbps", disk_bps / 1e9},
       {"disk_gbps_before", disk_before / 1e9},
       {"disk_gbps_after", disk_after / 1e9},
-      {"disk_probe",
-       info.spine_resident ? "random experts" : "decode step (spine chunks and experts)"},
+      {"disk_probe", probe_pattern},
       {"compute_s_per_token", compute_s},
       {"floor_s", floor_s},
       {"floor_ratio", floor_s > 0 ? s_per_token / floor_s : 0.0},

@@ -77,20 +77,15 @@ class StatsReporter {
     if (!enabled()) return;
     const ModelInfo& info = engine.info();
     if (info.experts_streamed) {
-      // The floor's disk bandwidth: the decode access pattern, measured now on these files (with
-      // a streamed spine, one step's ring chunks and experts).
-      const auto seed =
-          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-      auto bps = info.spine_resident ? engine.ProbeExpertReadBandwidth(256, seed)
-                                     : engine.ProbeDecodeReadBandwidth(seed);
-      if (bps.ok()) disk_bps_ = *bps;
-      char line[200];
+      // The floor's disk bandwidth: the decode access pattern, measured now on these files.
+      auto probe = engine.ProbeDiskBandwidth(
+          256, static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+      if (probe.ok()) disk_bps_ = probe->bytes_per_second;
+      const std::string pattern = probe.ok() ? probe->pattern : probe.status().message();
+      char line[320];
       std::snprintf(line, sizeof line,
                     "stats: disk %.2f GB/s (%s, %s I/O); floor = max(disk bytes / that, compute)",
-                    disk_bps_ / 1e9,
-                    info.spine_resident ? "256 random expert reads"
-                                        : "one decode step's spine chunks and experts",
-                    info.expert_read_mode);
+                    disk_bps_ / 1e9, pattern.c_str(), info.expert_read_mode);
       LogInfo(line);
     } else {
       LogInfo("stats: experts are mapped (all in RAM); floor = compute time");

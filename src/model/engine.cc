@@ -347,20 +347,24 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
-Result<double> Engine::ProbeExpertReadBandwidth(int64_t count, uint64_t seed) const {
+Result<DiskProbe> Engine::ProbeDiskBandwidth(int64_t expert_reads, uint64_t seed) const {
   std::lock_guard<std::mutex> lock(impl_->stream_mutex);
   DF_ASSIGN_OR_RETURN(auto reader, OpenShardSpanReader(*impl_->weights, impl_->options.direct_io));
-  return ProbeExpertReads(*impl_->weights, *reader, impl_->options.io_threads, count, seed);
-}
-
-Result<double> Engine::ProbeDecodeReadBandwidth(uint64_t seed) const {
+  DiskProbe probe;
   if (impl_->spine_ring == nullptr) {
-    return Status::Error("the spine is resident: decode reads only experts");
+    DF_ASSIGN_OR_RETURN(
+        probe.bytes_per_second,
+        ProbeExpertReads(*impl_->weights, *reader, impl_->options.io_threads, expert_reads, seed));
+    probe.pattern = std::to_string(expert_reads) + " random expert reads";
+  } else {
+    DF_ASSIGN_OR_RETURN(probe.bytes_per_second,
+                        ProbeDecodeReads(*impl_->weights, *reader, *impl_->spine_ring,
+                                         impl_->options.io_threads, seed));
+    probe.pattern = "one decode step's reads: the streamed spine's ring chunks and " +
+                    std::to_string(impl_->weights->config.num_experts_per_token) +
+                    " random experts a MoE layer, in pass order";
   }
-  std::lock_guard<std::mutex> lock(impl_->stream_mutex);
-  DF_ASSIGN_OR_RETURN(auto reader, OpenShardSpanReader(*impl_->weights, impl_->options.direct_io));
-  return ProbeDecodeReads(*impl_->weights, *reader, *impl_->spine_ring, impl_->options.io_threads,
-                          seed);
+  return probe;
 }
 
 const ModelInfo& Engine::info() const { return impl_->info; }

@@ -141,7 +141,7 @@ TEST_F(StreamE2e, BenchDecodeUnderARealMemoryCgroup) {
   // Nothing streams of a resident spine: the engine read only experts, and the probe read them.
   EXPECT_EQ(j["spine_streamed_bytes_per_token"].get<double>(), 0.0);
   EXPECT_EQ(j["engine_read_bytes_per_token"], j["expert_bytes_per_token"]);
-  EXPECT_EQ(j["disk_probe"], "random experts");
+  EXPECT_EQ(j["disk_probe"], "64 random expert reads");
   EXPECT_GE(j["major_faults_per_token"].get<double>(), 0.0);
   EXPECT_EQ(j["scenario"], "stream-spine-resident");
   EXPECT_EQ(j["tokens"], 3);

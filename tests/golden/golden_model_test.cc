@@ -428,18 +428,22 @@ TEST(GoldenModel, StreamedSpineRingDepthsAreBitIdentical) {
     EXPECT_EQ(session->stats().spine_bytes_read - before.spine_bytes_read,
               info.spine_streamed_bytes);
     // The disk probe for this plan reads one step's ring chunks and experts (bench decode).
-    auto bps = (*engine)->ProbeDecodeReadBandwidth(5);
-    ASSERT_TRUE(bps.ok()) << bps.status().message();
-    EXPECT_GT(*bps, 0.0);
+    auto probe = (*engine)->ProbeDiskBandwidth(16, 5);
+    ASSERT_TRUE(probe.ok()) << probe.status().message();
+    EXPECT_GT(probe->bytes_per_second, 0.0);
+    EXPECT_EQ(probe->pattern.rfind("one decode step's reads: the streamed spine's ring chunks", 0),
+              0u)
+        << probe->pattern;
   }
-  // With a resident spine decode reads only experts, and the step probe says so.
+  // With a resident spine decode reads only experts, and so does the probe.
   options.mem_limit = 0;
   auto resident = Engine::Load(options);
   ASSERT_TRUE(resident.ok()) << resident.status().message();
   ASSERT_TRUE((*resident)->info().spine_resident);
-  auto refused = (*resident)->ProbeDecodeReadBandwidth(5);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("spine is resident"), std::string::npos);
+  auto probe = (*resident)->ProbeDiskBandwidth(16, 5);
+  ASSERT_TRUE(probe.ok()) << probe.status().message();
+  EXPECT_GT(probe->bytes_per_second, 0.0);
+  EXPECT_EQ(probe->pattern, "16 random expert reads");
 }
 
 // The reads a disk probe makes for one step of a streamed spine are the ring's own: every chunk
