@@ -223,9 +223,10 @@ def main():
         offsets = torch.randint(0, len(train_ids) - args.seq - 1, (args.batch,),
                                 generator=data_gen)
         n_copy = round(args.batch * args.copy_fraction)
-        windows = [train_ids[o:o + args.seq + 1] for o in offsets.tolist()[n_copy:]]
         n_repeat = round(args.batch * args.repeat_fraction)
-        windows = windows[:len(windows) - n_repeat] if n_repeat > 0 else windows
+        # Plain windows keep the offsets after the copy windows' share (as before repeats existed).
+        plain = offsets.tolist()[n_copy:args.batch - n_repeat]
+        windows = [train_ids[o:o + args.seq + 1] for o in plain]
         windows += [copy_window(train_ids, args.seq, data_gen)[0] for _ in range(n_copy)]
         windows += [repeat_window(args.seq, data_gen, args.num_ranks)[0] for _ in range(n_repeat)]
         batch = torch.stack(windows)

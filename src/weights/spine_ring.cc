@@ -416,25 +416,21 @@ std::string SpineRing::Describe() const {
   std::ostringstream o;
   int pinned_layers = 0;
   bool lm_head_pinned = false;
+  size_t streamed_groups = 0, extents = 0;  // how well the shard layout serves a group's read
   for (size_t g = 0; g < groups_.size(); ++g) {
-    if (!groups_[g].pinned) continue;
-    if (static_cast<int64_t>(g) == tail_group()) {
+    if (!groups_[g].pinned) {
+      ++streamed_groups;
+      extents += groups_[g].extents.size();
+    } else if (static_cast<int64_t>(g) == tail_group()) {
       lm_head_pinned = true;
     } else {
       ++pinned_layers;
     }
   }
-  size_t streamed_groups = 0, extents = 0;
-  for (const Group& g : groups_) {
-    if (g.pinned) continue;
-    ++streamed_groups;
-    extents += g.extents.size();
-  }
   o << "spine ring: " << pinned_layers << " of " << groups_.size() - 1 << " layers"
     << (lm_head_pinned ? " and the lm_head" : "") << " pinned (" << HumanBytes(pinned_bytes_)
     << "), " << HumanBytes(streamed_bytes_) << " streamed per token through " << depth()
     << " slots of " << HumanBytes(slot_bytes_) << " (" << ReadModeName(read_mode_) << " reads";
-  // How well the shard layout serves a layer-at-a-time read: contiguous runs per streamed group.
   if (streamed_groups > 0) {
     o << ", " << extents << " contiguous runs for " << streamed_groups << " groups";
   }
