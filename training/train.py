@@ -127,6 +127,36 @@ def evaluate_repeat(model, seq, ranks, windows=16):
     return hits / count
 
 
+@torch.no_grad()
+def induction_init(model, layer, ngram=1, tap=1.0):
+    """Start KDA layer `layer` as a lookup of "what followed this context last time": the query and
+    key projections are one matrix; in the i-th of `ngram` equal channel groups the query
+    convolution passes position t - i and the key convolution position t - i - 1, and the value
+    convolution passes the current position. So the delta rule stores (the `ngram` ids before
+    position j -> id j) and the query of the last `ngram` ids retrieves what followed them before.
+    `tap` is the convolution weight (small keeps SiLU near-linear, so unrelated contexts score
+    near 0). The decay starts near 1 (memories of hundreds of tokens). Everything stays
+    trainable: this only places the start where gradient descent does not find the mechanism from
+    a random start in the steps a CPU affords (training/README.md)."""
+    attn = model.layers[layer].self_attn
+    if not isinstance(attn, k3_torch.KimiDeltaAttention):
+        raise SystemExit(f"--induction-layer {layer} is not a KDA layer")
+    taps = attn.q_conv1d.shape[-1]
+    if not 1 <= ngram <= taps - 1:
+        raise SystemExit(f"--induction-ngram must be 1..{taps - 1}")
+    for conv in (attn.q_conv1d, attn.k_conv1d, attn.v_conv1d):
+        conv.zero_()
+    channels = attn.q_conv1d.shape[0]
+    for i in range(ngram):
+        group = slice(i * channels // ngram, (i + 1) * channels // ngram)
+        attn.q_conv1d[group, 0, taps - 1 - i] = tap
+        attn.k_conv1d[group, 0, taps - 2 - i] = tap
+    attn.v_conv1d[:, 0, taps - 1] = tap
+    attn.k_proj.weight.copy_(attn.q_proj.weight)
+    attn.dt_bias.fill_(-8.0)
+    attn.b_proj.weight.zero_()  # write strength sigmoid(0) = 0.5 for every token
+
+
 def param_groups(model, weight_decay):
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -189,6 +219,12 @@ def main():
                     help="share of each batch that is copy windows (copy_window)")
     ap.add_argument("--repeat-fraction", type=float, default=0.0,
                     help="share of each batch that is repeated random passages (repeat_window)")
+    ap.add_argument("--induction-layer", type=int, default=-1,
+                    help="start this KDA layer as a previous-token lookup (induction_init)")
+    ap.add_argument("--induction-ngram", type=int, default=1,
+                    help="ids of context the lookup's keys start with (induction_init)")
+    ap.add_argument("--induction-tap", type=float, default=1.0,
+                    help="the lookup's convolution weight at the start (induction_init)")
     ap.add_argument("--stop-after", type=int, default=0,
                     help="end after this many steps of the --steps schedule (reproducibility checks)")
     args = ap.parse_args()
@@ -208,6 +244,8 @@ def main():
         model.load_state_dict(torch.load(args.init)["model"])
     elif args.init:
         k3_checkpoint.load_into(model, k3_checkpoint.read_checkpoint(args.init))
+    if args.induction_layer >= 0:
+        induction_init(model, args.induction_layer, args.induction_ngram, args.induction_tap)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"params {n_params:,}  train tokens {len(train_ids):,}  val tokens {len(val_ids):,}",
           flush=True)
