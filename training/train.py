@@ -91,6 +91,43 @@ def repeat_window(seq, gen, ranks):
     return text.repeat((seq + 1 + passage - 1) // passage)[:seq + 1], passage
 
 
+class ChatFrames:
+    """Windows in K3's chat frame (docs/CHAT.md; what `deltafin serve` renders with thinking off):
+    a user turn holding one or two verses, then an assistant turn whose response is the verses
+    that follow them, turn after turn until the window is full. The model never sees the frame's
+    special tokens in the Bible text, so without these windows it treats a chat prompt as noise,
+    and a model that copies from its context copies the frame."""
+
+    def __init__(self, work, train_text, tokenizer):
+        config = json.load(open(os.path.join(work, "tokenizer_config.json")))
+        special = {v["content"]: int(k) for k, v in config["added_tokens_decoder"].items()}
+        self.verses = [v for v in train_text.split("\n") if v]
+        self.encode = tokenizer.encode
+        def frame(*parts):  # special-token names and plain text, in order
+            ids = []
+            for part in parts:
+                ids += [special[part]] if part in special else tokenizer.encode(part)
+            return ids
+        o, sep, c, end = "<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"
+        self.user_open = frame(o, 'message role="user"', sep)
+        self.user_close = frame(c, "message", sep, end)
+        self.answer_open = frame(o, 'message role="assistant"', sep, o, "response", sep)
+        self.answer_close = frame(c, "response", sep, c, "message", sep, end)
+
+    def window(self, seq, gen):
+        def randint(lo, hi):  # inclusive
+            return int(torch.randint(lo, hi + 1, (1,), generator=gen))
+        ids = []
+        while len(ids) < seq + 1:
+            i = randint(0, len(self.verses) - 8)
+            asked, answered = randint(1, 2), randint(1, 4)
+            question = "\n".join(self.verses[i:i + asked])
+            answer = "\n".join(self.verses[i + asked:i + asked + answered])
+            ids += (self.user_open + self.encode(question) + self.user_close + self.answer_open
+                    + self.encode(answer) + self.answer_close)
+        return torch.tensor(ids[:seq + 1], dtype=torch.int64)
+
+
 @torch.no_grad()
 def evaluate_copy(model, ids, seq, windows=16):
     """Greedy top-1 accuracy on the repeated passage of fixed copy windows of held-out text, over
@@ -219,6 +256,8 @@ def main():
                     help="share of each batch that is copy windows (copy_window)")
     ap.add_argument("--repeat-fraction", type=float, default=0.0,
                     help="share of each batch that is repeated random passages (repeat_window)")
+    ap.add_argument("--chat-fraction", type=float, default=0.0,
+                    help="share of each batch that is chat-frame windows (ChatFrames)")
     ap.add_argument("--induction-layer", type=int, default=-1,
                     help="start this KDA layer as a previous-token lookup (induction_init)")
     ap.add_argument("--induction-ngram", type=int, default=1,
@@ -228,12 +267,17 @@ def main():
     ap.add_argument("--stop-after", type=int, default=0,
                     help="end after this many steps of the --steps schedule (reproducibility checks)")
     args = ap.parse_args()
-    if args.copy_fraction + args.repeat_fraction > 1:
-        ap.error("--copy-fraction plus --repeat-fraction is more than the whole batch")
+    if args.copy_fraction + args.repeat_fraction + args.chat_fraction > 1:
+        ap.error("--copy-fraction, --repeat-fraction and --chat-fraction add up to more than "
+                 "the whole batch")
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     train_ids, val_ids = prepare(args.work, args.num_ranks)
+    chat = None
+    if args.chat_fraction > 0:
+        chat = ChatFrames(args.work, open(os.path.join(args.work, "train.txt")).read(),
+                          bpe.Tokenizer(bpe.read_tiktoken(os.path.join(args.work, "tiktoken.model"))))
     config = model_config.demo_config(args.num_ranks, json.loads(args.dims))
     with open(os.path.join(args.work, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
@@ -262,11 +306,13 @@ def main():
                                 generator=data_gen)
         n_copy = round(args.batch * args.copy_fraction)
         n_repeat = round(args.batch * args.repeat_fraction)
+        n_chat = round(args.batch * args.chat_fraction)
         # Plain windows keep the offsets after the copy windows' share (as before repeats existed).
-        plain = offsets.tolist()[n_copy:args.batch - n_repeat]
+        plain = offsets.tolist()[n_copy:args.batch - n_repeat - n_chat]
         windows = [train_ids[o:o + args.seq + 1] for o in plain]
         windows += [copy_window(train_ids, args.seq, data_gen)[0] for _ in range(n_copy)]
         windows += [repeat_window(args.seq, data_gen, args.num_ranks)[0] for _ in range(n_repeat)]
+        windows += [chat.window(args.seq, data_gen) for _ in range(n_chat)]
         batch = torch.stack(windows)
         logits = model(batch[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
