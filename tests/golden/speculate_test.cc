@@ -22,6 +22,7 @@
 #include "golden/golden_data.h"
 #include "model/forward.h"
 #include "modelgen/make_model.h"
+#include "tokenizer/tokenizer.h"
 #include "weights/expert_streamer.h"
 #include "weights/weights.h"
 
@@ -219,6 +220,47 @@ TEST(Speculate, GreedyIdenticalTrainedDemoModel) {
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no demo model";
   ExpectGreedyIdentical(dir, false);
   ExpectGreedyIdentical(dir, true, 24);
+}
+
+// The copy-heavy case on the trained demo model: a held-out passage (Mark 1:1-3 is in the
+// validation split, training/README.md), then its first words again. The model continues the
+// quote (its first 100 characters are checked), so prompt-lookup drafts are accepted: at least 2
+// tokens per verify pass with every proposal verified (the adaptive policy's k depends on measured
+// time; this checks the model and the drafter), and the ids are the plain loop's.
+TEST(Speculate, TrainedDemoModelContinuesAQuotedPassage) {
+  const std::string dir = DF_DEMO_MODEL_DIR;
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no demo model";
+  auto engine = Load(dir, false);
+  ASSERT_NE(engine, nullptr);
+  auto tokenizer = tokenizer::Tokenizer::LoadModelDir(dir);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+  const std::string passage =
+      "The beginning of the gospel of Jesus Christ, the Son of God;\n"
+      "As it is written in the prophets, Behold, I send my messenger before thy face, which shall "
+      "prepare thy way before thee.\n"
+      "The voice of one crying in the wilderness, Prepare ye the way of the Lord, make his paths "
+      "straight.\n";
+  const std::string cue = "The beginning of the gospel of";
+  auto prompt = (*tokenizer)->Encode(passage + "\n" + cue);
+  ASSERT_TRUE(prompt.ok()) << prompt.status().message();
+  const SamplingParams greedy;
+  const int64_t count = 48;
+  const auto plain = Generate(*engine, *prompt, nullptr, count, greedy);
+  NgramDrafter ngram;
+  SpeculativeTotals totals;
+  const auto fast = Generate(*engine, *prompt, &ngram, count, greedy, &totals, false);
+  EXPECT_EQ(plain, fast);
+  auto text = (*tokenizer)->Decode(plain);
+  ASSERT_TRUE(text.ok());
+  std::printf("continuation: %s\n%lld passes, %.2f tokens per pass, %lld of %lld drafts accepted\n",
+              text->c_str(), static_cast<long long>(totals.passes), totals.tokens_per_pass(),
+              static_cast<long long>(totals.accepted), static_cast<long long>(totals.drafted));
+  // The continuation is the quote (a model that loops on its own output would also feed the
+  // drafter, but not with this text).
+  const size_t quoted = 100;
+  ASSERT_GE(text->size(), quoted);
+  EXPECT_EQ(text->substr(0, quoted), passage.substr(cue.size(), quoted));
+  EXPECT_GE(totals.tokens_per_pass(), 2.0);
 }
 
 // Random models with hidden-shaped variations (make-model --preset tiny --set ...).
