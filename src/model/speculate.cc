@@ -41,6 +41,9 @@ Speculator::Speculator(Session* session, Drafter* drafter, const SpeculateOption
   if (options_.draft_max == 0) drafter_ = nullptr;
   context_.reserve(static_cast<size_t>(capacity) + 1);
   rows_.resize(static_cast<size_t>(std::max<int64_t>(rows, 1)));
+  cost_of_rows_.assign(rows_.size() + 1, 0);
+  reached_.assign(rows_.size() + 1, 0);
+  accepted_at_.assign(rows_.size() + 1, 0);
   if (drafter_ != nullptr) {
     logits_.resize(static_cast<size_t>(rows) * session->Logits().size());
   }
@@ -51,8 +54,12 @@ void Speculator::Start(std::span<const int32_t> prompt) {
   has_next_ = false;
 }
 
-// Expected tokens per pass with k drafts each accepted with probability a (independently):
-// 1 + a + ... + a^k; cost c1 + k·cr. The k with the best ratio wins (k = 0: a plain decode).
+// Expected tokens per pass with k drafts: 1 + a1 + a1·a2 + ... + a1···ak, where ai is the measured
+// chance that draft i is accepted once drafts 1..i-1 were (copied text is accepted in long runs,
+// so the later drafts of a pass are likelier than the first; a single rate would undervalue them).
+// Cost of a pass of r rows: its measured mean when passes of r rows ran, else c1 + (r-1)·cr (the
+// line through what was measured: batched rows are not linear in cost on every machine). The k
+// with the best expected tokens per second wins (k = 0: a plain decode).
 int64_t Speculator::ChooseDrafts(int64_t proposed) {
   if (!options_.adaptive) return proposed;
   if (proposed == 0) return 0;
@@ -68,9 +75,13 @@ int64_t Speculator::ChooseDrafts(int64_t proposed) {
   double best_rate = 1 / cost_one_;
   double expected = 1, power = 1;
   for (int64_t k = 1; k <= proposed; ++k) {
-    power *= a;
+    const auto i = static_cast<size_t>(k);
+    // Position k's own rate, pulled towards the overall one while it has few samples.
+    power *= (accepted_at_[i] + a) / (reached_[i] + 1);
     expected += power;
-    const double rate = expected / (cost_one_ + double(k) * cost_row_);
+    const double cost =
+        cost_of_rows_[i + 1] > 0 ? cost_of_rows_[i + 1] : cost_one_ + double(k) * cost_row_;
+    const double rate = expected / cost;
     if (rate > best_rate) {
       best_rate = rate;
       best = k;
@@ -97,9 +108,19 @@ void Speculator::Observe(int64_t rows, int64_t drafted, int64_t accepted, double
     cost_row_ = have_row_ ? kKeep * cost_row_ + (1 - kKeep) * per_row : per_row;
     have_row_ = true;
   }
+  if (rows > 1) {
+    double& mean = cost_of_rows_[static_cast<size_t>(rows)];
+    mean = mean > 0 ? kKeep * mean + (1 - kKeep) * seconds : seconds;
+  }
   if (drafted > 0) {
     acc_ = kKeep * acc_ + double(accepted);
     drafted_ = kKeep * drafted_ + double(drafted);
+    // Drafts 1..accepted+1 were reached (the one after the accepted run, if any, was rejected).
+    for (int64_t i = 1; i <= std::min(drafted, accepted + 1); ++i) {
+      const auto at = static_cast<size_t>(i);
+      reached_[at] = kKeep * reached_[at] + 1;
+      accepted_at_[at] = kKeep * accepted_at_[at] + (i <= accepted ? 1 : 0);
+    }
   }
   last_ = {rows, drafted, accepted, seconds};
   totals_.passes += 1;
