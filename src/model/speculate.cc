@@ -87,11 +87,13 @@ int64_t Speculator::ChooseDrafts(int64_t proposed) {
       best = k;
     }
   }
-  // Keep the acceptance estimate alive: a one-draft probe now and then (1 pass in 64 when the
-  // policy has stopped drafting, so the bound on its cost is one extra row per 64 tokens).
+  // Keep the estimates alive: a probe now and then (1 pass in 64 when the policy has stopped
+  // drafting). While drafts are mostly rejected it verifies one draft (bound: one extra row per
+  // 64 tokens); while they are mostly accepted it verifies all proposed, so one slow (cold) pass
+  // of many rows cannot stop drafting for good (such a pass still yields most of its rows).
   if (best == 0 && ++since_probe_ >= 64) {
     since_probe_ = 0;
-    return 1;
+    return a > 0.5 ? proposed : 1;
   }
   return best;
 }
