@@ -67,16 +67,19 @@ def prepare(work, num_ranks):
     return train, val
 
 
+def randint(gen, lo, hi):
+    """One uniform integer in [lo, hi] (inclusive) from the data generator."""
+    return int(torch.randint(lo, hi + 1, (1,), generator=gen))
+
+
 def copy_window(ids, seq, gen):
     """seq + 1 ids: a passage of the training text, a stretch of other text, then the passage
     again from its start (running on past its end into the text that followed it). The repeat
     starts at a random point so every part of a quote is learnt, not only its opening words."""
-    def randint(lo, hi):  # inclusive
-        return int(torch.randint(lo, hi + 1, (1,), generator=gen))
-    passage = randint(16, seq // 2)
-    gap = randint(0, seq - 2 * passage)
-    a = randint(0, len(ids) - seq - 2)
-    g = randint(0, len(ids) - gap - 1)
+    passage = randint(gen, 16, seq // 2)
+    gap = randint(gen, 0, seq - 2 * passage)
+    a = randint(gen, 0, len(ids) - seq - 2)
+    g = randint(gen, 0, len(ids) - gap - 1)
     rest = seq + 1 - passage - gap
     window = torch.cat([ids[a:a + passage], ids[g:g + gap], ids[a:a + rest]])
     return window, passage + gap, passage
@@ -86,7 +89,7 @@ def repeat_window(seq, gen, ranks):
     """seq + 1 ids: a passage of 8 to seq / 4 uniform random ids below `ranks`, repeated until the
     window is full. Nothing but looking the passage up predicts its repeats, so these windows
     teach the lookup itself (an induction mechanism) with most positions as targets."""
-    passage = int(torch.randint(8, seq // 4 + 1, (1,), generator=gen))
+    passage = randint(gen, 8, seq // 4)
     text = torch.randint(0, ranks, (passage,), generator=gen)
     return text.repeat((seq + 1 + passage - 1) // passage)[:seq + 1], passage
 
@@ -115,12 +118,10 @@ class ChatFrames:
         self.answer_close = frame(c, "response", sep, c, "message", sep, end)
 
     def window(self, seq, gen):
-        def randint(lo, hi):  # inclusive
-            return int(torch.randint(lo, hi + 1, (1,), generator=gen))
         ids = []
         while len(ids) < seq + 1:
-            i = randint(0, len(self.verses) - 8)
-            asked, answered = randint(1, 2), randint(1, 4)
+            i = randint(gen, 0, len(self.verses) - 8)
+            asked, answered = randint(gen, 1, 2), randint(gen, 1, 4)
             question = "\n".join(self.verses[i:i + asked])
             answer = "\n".join(self.verses[i + asked:i + asked + answered])
             ids += (self.user_open + self.encode(question) + self.user_close + self.answer_open
