@@ -121,10 +121,14 @@ class Speculator {
   double cost_one_ = 0, cost_row_ = 0;
   bool have_one_ = false, have_row_ = false;
   double acc_ = 0, drafted_ = 0;
-  // Sized at construction (indexed by rows, or by draft position 1..rows-1): decayed mean wall
-  // time of passes of r rows (0 = none yet), and per draft position the decayed count of passes
-  // that reached it (every earlier draft accepted) and of those that accepted it.
-  std::vector<double> cost_of_rows_, reached_, accepted_at_;
+  // Sized at construction. cost_of_rows_[r]: decayed mean wall time of passes of r rows (0 = none
+  // yet). positions_[i], draft position i = 1..rows-1: decayed counts of the passes that reached
+  // it (every earlier draft accepted) and of those that accepted it.
+  struct DraftPosition {
+    double reached = 0, accepted = 0;
+  };
+  std::vector<double> cost_of_rows_;
+  std::vector<DraftPosition> positions_;
   int64_t since_probe_ = 0;
   int64_t since_one_ = 0;  // passes since the last 1-row pass
 };

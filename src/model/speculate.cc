@@ -42,8 +42,7 @@ Speculator::Speculator(Session* session, Drafter* drafter, const SpeculateOption
   context_.reserve(static_cast<size_t>(capacity) + 1);
   rows_.resize(static_cast<size_t>(std::max<int64_t>(rows, 1)));
   cost_of_rows_.assign(rows_.size() + 1, 0);
-  reached_.assign(rows_.size() + 1, 0);
-  accepted_at_.assign(rows_.size() + 1, 0);
+  positions_.assign(rows_.size(), {});
   if (drafter_ != nullptr) {
     logits_.resize(static_cast<size_t>(rows) * session->Logits().size());
   }
@@ -77,7 +76,7 @@ int64_t Speculator::ChooseDrafts(int64_t proposed) {
   for (int64_t k = 1; k <= proposed; ++k) {
     const auto i = static_cast<size_t>(k);
     // Position k's own rate, pulled towards the overall one while it has few samples.
-    power *= (accepted_at_[i] + a) / (reached_[i] + 1);
+    power *= (positions_[i].accepted + a) / (positions_[i].reached + 1);
     expected += power;
     const double cost =
         cost_of_rows_[i + 1] > 0 ? cost_of_rows_[i + 1] : cost_one_ + double(k) * cost_row_;
@@ -119,9 +118,9 @@ void Speculator::Observe(int64_t rows, int64_t drafted, int64_t accepted, double
     drafted_ = kKeep * drafted_ + double(drafted);
     // Drafts 1..accepted+1 were reached (the one after the accepted run, if any, was rejected).
     for (int64_t i = 1; i <= std::min(drafted, accepted + 1); ++i) {
-      const auto at = static_cast<size_t>(i);
-      reached_[at] = kKeep * reached_[at] + 1;
-      accepted_at_[at] = kKeep * accepted_at_[at] + (i <= accepted ? 1 : 0);
+      DraftPosition& position = positions_[static_cast<size_t>(i)];
+      position.reached = kKeep * position.reached + 1;
+      position.accepted = kKeep * position.accepted + (i <= accepted ? 1 : 0);
     }
   }
   last_ = {rows, drafted, accepted, seconds};
