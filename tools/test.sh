@@ -6,7 +6,7 @@
 # builds the ASan+UBSan preset and runs the unit, golden and kernel tiers under the sanitizers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/install-deps.sh
+tools/install-deps.sh --tests
 
 jobs=$(nproc)
 echo "== clang-format check"
