@@ -52,6 +52,7 @@ if ((want_tests)); then
     python3-torch python3-numpy          # trained-model agreement test: PyTorch K3 reference
     libopenblas0-pthread                 # ... torch's BLAS: ~12x faster than the reference libblas3
     wamerican                            # demo test: continuation words vs /usr/share/dict/words
+    curl                                 # README test: the serve block's curl request
     ccache                               # compiler cache: CI's second build tree reuses objects
   )
 fi

@@ -15,6 +15,7 @@ import argparse
 import array
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -63,7 +64,8 @@ def argmax(row):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--deltafin", default="build/release/src/cli/deltafin")
+    ap.add_argument("--deltafin",
+                    default=shutil.which("deltafin") or "build/release/src/cli/deltafin")
     ap.add_argument("--model", required=True)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=16, help="tokens per prompt")
