@@ -42,23 +42,26 @@ def preprocess_command(entry):
     return out + ["-E", "-C", "-o", "-"]
 
 
-def cache_key(entry, tidy_version, config):
+def cache_key(entry, tidy_version, config, root):
+    """The key of one file's check; the checkout's path is replaced by a placeholder, so another
+    clone of the same sources has the same keys."""
+    here = root.encode()
     h = hashlib.sha256()
     h.update(tidy_version)
     h.update(config)
-    h.update(entry.get("command", " ".join(entry.get("arguments", []))).encode())
+    h.update(entry.get("command", " ".join(entry.get("arguments", []))).encode().replace(here, b"@"))
     pre = subprocess.run(preprocess_command(entry), cwd=entry["directory"], capture_output=True,
                          check=False)
     if pre.returncode != 0:
         return None  # let clang-tidy report whatever is wrong
-    h.update(pre.stdout)
+    h.update(pre.stdout.replace(here, b"@"))
     return h.hexdigest()
 
 
 def main():
     build, jobs = sys.argv[1], int(sys.argv[2])
     tidy = os.environ.get("CLANG_TIDY", "/usr/bin/clang-tidy")
-    root = os.getcwd()
+    root = os.path.realpath(os.getcwd())
     with open(os.path.join(build, "compile_commands.json"), encoding="utf-8") as f:
         entries = {os.path.realpath(e["file"]): e for e in json.load(f)}
     files = subprocess.run(["git", "ls-files", "--", "src/*.cc"], capture_output=True, text=True,
@@ -73,7 +76,7 @@ def main():
 
     def check(path):
         entry = entries.get(os.path.realpath(path))
-        key = cache_key(entry, tidy_version, config) if (cache and entry) else None
+        key = cache_key(entry, tidy_version, config, root) if (cache and entry) else None
         if key and os.path.exists(os.path.join(cache, key)):
             return path, 0, "", True
         res = subprocess.run([tidy, "-p", build, "--quiet", "--warnings-as-errors=*", path],
