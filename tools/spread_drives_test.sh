@@ -71,7 +71,7 @@ in_cgroup() { bash -c 'echo $$ >"$0/cgroup.procs"; exec "$@"' "$cg" "$@"; }
 model=$work/model
 "$deltafin" make-model --preset tiny --seed 11 --no-sync --out "$model" >/dev/null
 "$deltafin" logits --model "$model" --tokens 5,6,7,8,9 --experts mapped --out "$work/base.f32" 2>/dev/null
-base_args=(run --model "$model" --prompt-ids 5,6,7 --ignore-eos)
+base_args=(run --model "$model" --prompt-ids "5,6,7" --ignore-eos)
 run_args=("${base_args[@]}" --expert-cache 1M --io-threads 4)
 "$deltafin" "${base_args[@]}" --max-new 24 --experts mapped --ids-out "$work/base.ids" >/dev/null 2>&1
 "$deltafin" "${base_args[@]}" --max-new 60 --experts mapped --ids-out "$work/base60.ids" >/dev/null 2>&1
