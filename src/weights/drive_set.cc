@@ -130,7 +130,8 @@ Result<const uint8_t*> DriveSetReader::Read(int shard, uint64_t offset, uint64_t
                          std::to_string(offset));
   }
   const uint64_t bytes = DiskBytes(shard, offset, length);
-  std::string failures;  // built only when no copy is left
+  std::string failures;  // this read's failures (appended only when a drive fails)
+  uint32_t failed_here = 0;
   for (;;) {
     std::unique_lock<std::mutex> lock(mu_);
     const uint32_t bits = copies_[static_cast<size_t>(key)];
@@ -146,11 +147,13 @@ Result<const uint8_t*> DriveSetReader::Read(int shard, uint64_t offset, uint64_t
       }
     }
     if (best < 0) {
-      // Every drive holding a copy failed, this read's or an earlier one: name each and why.
+      // Every drive holding a copy failed: this read's failures first, then drives that failed an
+      // earlier read (with that read's error, which names its own offset).
       for (size_t d = 0; d < drives_.size(); ++d) {
-        if ((bits & (1u << d)) == 0) continue;
+        if ((bits & (1u << d)) == 0 || (failed_here & (1u << d)) != 0) continue;
         failures +=
-            (failures.empty() ? "" : "; ") + ("drive " + drives_[d].path + ": " + drives_[d].error);
+            (failures.empty() ? "" : "; ") +
+            ("drive " + drives_[d].path + " failed an earlier read (" + drives_[d].error + ")");
       }
       return Status::Error("no readable copy left: " + failures);
     }
@@ -185,6 +188,9 @@ Result<const uint8_t*> DriveSetReader::Read(int shard, uint64_t offset, uint64_t
       }
       return data;
     }
+    failed_here |= 1u << best;
+    failures +=
+        (failures.empty() ? "" : "; ") + ("drive " + drive.path + ": " + data.status().message());
     if (!drive.bad) {
       drive.bad = true;
       drive.error = data.status().message();
