@@ -173,6 +173,18 @@ struct SessionStats {
 
 class Engine;
 
+// One drive of a model spread over several (`deltafin spread`, docs/STREAMING.md "Several
+// drives"): what it served since the engine loaded. Drive 0 is the model folder.
+struct DriveStats {
+  std::string path;
+  uint64_t bytes_read = 0;   // bytes transferred (whole aligned blocks for direct reads)
+  uint64_t reads = 0;        // expert reads it answered
+  double busy_seconds = 0;   // time with at least one of its reads in flight
+  double busy_fraction = 0;  // busy_seconds over the time since load
+  double gbps = 0;           // bytes_read / busy_seconds, in GB/s
+  bool failed = false;       // a read failed: not used since
+};
+
 // What Engine::ProbeDiskBandwidth measured.
 struct DiskProbe {
   double bytes_per_second = 0;
@@ -264,6 +276,9 @@ class Engine {
   // chunks as the ring reads them, then top-k random experts of that layer. Not to be called
   // while a session of this engine runs a forward pass.
   Result<DiskProbe> ProbeDiskBandwidth(int64_t expert_reads, uint64_t seed) const;
+  // Per drive, when the model's streamed experts are spread over several (a placement file);
+  // empty otherwise. Cumulative since Load.
+  std::vector<DriveStats> DriveStatistics() const;
 
  private:
   struct Impl;

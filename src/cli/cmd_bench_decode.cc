@@ -296,6 +296,9 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
       {"ops_s_per_token", ops_per_token},
       {"ops_sum_s_per_token", ops_sum},
       {"steps", step_docs},
+      // Per drive of a spread model (docs/STREAMING.md "Several drives"), over the whole run
+      // (the bandwidth probes excluded); empty otherwise.
+      {"drives", DrivesJson(engine->DriveStatistics())},
       {"speculate", a.speculate},
       {"draft_max", a.draft_max},
       {"baseline_s_per_token", s_per_token},

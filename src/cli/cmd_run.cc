@@ -73,7 +73,7 @@ struct RunArgs {
 class StatsReporter {
  public:
   StatsReporter(const RunArgs& args, const Engine& engine, const Session& session)
-      : print_(args.stats), json_path_(args.stats_json), session_(session) {
+      : print_(args.stats), json_path_(args.stats_json), engine_(engine), session_(session) {
     if (!enabled()) return;
     const ModelInfo& info = engine.info();
     if (info.experts_streamed) {
@@ -120,9 +120,13 @@ class StatsReporter {
   // `--stats`: the op-family summary table (cli/token_stats.h) after the last step.
   void PrintSummary() const {
     if (print_) LogInfo(table_.Format());
+    const auto drives = engine_.DriveStatistics();
+    if (print_ && !drives.empty()) LogInfo(FormatDrives(drives));
   }
-  Status Write() const {
+  Status Write() {
     if (json_path_.empty()) return Status::Ok();
+    // Per drive of a spread model (docs/STREAMING.md "Several drives"); empty otherwise.
+    doc_["drives"] = DrivesJson(engine_.DriveStatistics());
     const std::string text = doc_.dump(1) + "\n";
     return WriteFileAtomically(json_path_, text.data(), text.size());
   }
@@ -130,6 +134,7 @@ class StatsReporter {
  private:
   bool print_;
   std::string json_path_;
+  const Engine& engine_;
   const Session& session_;
   double disk_bps_ = 0;
   nlohmann::json doc_;

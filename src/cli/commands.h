@@ -21,5 +21,7 @@ void RegisterSetup(CLI::App& app, int* exit_code);
 void RegisterFetchExpertsAll(CLI::App& app, int* exit_code);
 void RegisterConvertSpineInt8(CLI::App& app, int* exit_code);
 void RegisterPlan(CLI::App& app, int* exit_code);
+// `spread` (cmd_spread.cc): experts over several drives.
+void RegisterSpread(CLI::App& app, int* exit_code);
 
 }  // namespace deltafin::cli

@@ -40,6 +40,7 @@ int Main(int argc, char** argv) {
   deltafin::cli::RegisterFetchExpertsAll(app, &exit_code);
   deltafin::cli::RegisterConvertSpineInt8(app, &exit_code);
   deltafin::cli::RegisterPlan(app, &exit_code);
+  deltafin::cli::RegisterSpread(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -193,4 +193,37 @@ nlohmann::json StepJson(const StepStats& s, double disk_bps) {
           {"ops_sum_s", OpsSum(s.delta)}};
 }
 
+nlohmann::json DrivesJson(const std::vector<DriveStats>& drives) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& d : drives) {
+    a.push_back({{"path", d.path},
+                 {"bytes_read", d.bytes_read},
+                 {"reads", d.reads},
+                 {"busy_seconds", d.busy_seconds},
+                 {"busy_fraction", d.busy_fraction},
+                 {"gbps", d.gbps},
+                 {"failed", d.failed}});
+  }
+  return a;
+}
+
+std::string FormatDrives(const std::vector<DriveStats>& drives) {
+  uint64_t total = 0;
+  for (const auto& d : drives) total += d.bytes_read;
+  std::string out;
+  for (const auto& d : drives) {
+    char line[512];
+    std::snprintf(
+        line, sizeof line,
+        "%sdrive %s: %.1f MB in %llu reads (%.0f %% of the bytes), busy %.0f %%, "
+        "%.2f GB/s while busy%s",
+        out.empty() ? "" : "\n", d.path.c_str(), static_cast<double>(d.bytes_read) / 1e6,
+        static_cast<unsigned long long>(d.reads),
+        total > 0 ? 100.0 * static_cast<double>(d.bytes_read) / static_cast<double>(total) : 0.0,
+        100 * d.busy_fraction, d.gbps, d.failed ? " (failed a read: not used since)" : "");
+    out += line;
+  }
+  return out;
+}
+
 }  // namespace deltafin::cli

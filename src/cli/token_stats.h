@@ -66,6 +66,10 @@ std::string FormatOps(const SessionStats& delta);
 // "ops_sum_s" their sum, which is the forward passes' wall time (docs/BREAKDOWN.md).
 nlohmann::json StepJson(const StepStats& step, double disk_bps);
 nlohmann::json OpsJson(const SessionStats& delta);
+// A spread model's drives (Engine::DriveStatistics): [{path, bytes_read, reads, busy_fraction,
+// gbps, failed}], and one human line per drive.
+nlohmann::json DrivesJson(const std::vector<DriveStats>& drives);
+std::string FormatDrives(const std::vector<DriveStats>& drives);
 double OpsSum(const SessionStats& delta);
 
 // The summary table at the end of `run --stats`: per op family, the prefill seconds and the

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <utility>
 
@@ -11,10 +12,12 @@
 #include "base/thread_pool.h"
 #include "kernels/matvec.h"
 #include "model/forward.h"
+#include "weights/drive_set.h"
 #include "weights/expert_source.h"
 #include "weights/expert_streamer.h"
 #include "weights/io_scheduler.h"
 #include "weights/memory_plan.h"
+#include "weights/placement.h"
 #include "weights/read_probe.h"
 #include "weights/spine_int8.h"
 #include "weights/spine_pages.h"
@@ -33,6 +36,8 @@ struct Engine::Impl {
   std::unique_ptr<IoScheduler> io_scheduler;
   // Streamed experts: one cache for all sessions, which therefore run one at a time.
   std::unique_ptr<ExpertStreamer> streamer;
+  // The streamer's reader when the model is spread over several drives (owned by the streamer).
+  DriveSetReader* drives = nullptr;
   std::mutex stream_mutex;
   // A spine that does not fit: one ring for all sessions (they run one at a time, under
   // stream_mutex, since a streamed spine implies streamed experts).
@@ -257,13 +262,43 @@ Status CheckTokenIds(std::span<const int32_t> ids, int64_t vocab_size) {
   return Status::Ok();
 }
 
-Result<ModelInfo> Engine::Plan(const EngineOptions& options) {
+namespace {
+
+// A model spread over several drives (weights/placement.h) streams its experts: a copy on another
+// drive is read, never mapped. kAuto therefore becomes kStreamed; kMapped is refused once `spread
+// --move` took experts off the model folder (mapping would read the holes left there).
+Result<EngineOptions> WithPlacement(const EngineOptions& options) {
+  EngineOptions o = options;
+  std::error_code ec;
+  if (!std::filesystem::exists(PlacementPath(options.model_dir), ec)) return o;
+  DF_ASSIGN_OR_RETURN(PlacementModel model, DescribePlacementModel(options.model_dir));
+  DF_ASSIGN_OR_RETURN(std::optional<Placement> placement, LoadPlacement(options.model_dir, model));
+  if (!placement) return o;
+  if (o.experts == EngineOptions::Experts::kAuto) o.experts = EngineOptions::Experts::kStreamed;
+  if (o.experts == EngineOptions::Experts::kMapped) {
+    for (const uint32_t bits : placement->copies) {
+      if (bits != 0 && (bits & 1u) == 0) {
+        return Status::Error(
+            "this model's experts were moved to other drives (`deltafin spread --move`, " +
+            PlacementPath(options.model_dir) +
+            "): mapped experts read the model folder only; use --experts streamed");
+      }
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+Result<ModelInfo> Engine::Plan(const EngineOptions& plain_options) {
+  DF_ASSIGN_OR_RETURN(const EngineOptions options, WithPlacement(plain_options));
   DF_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(options.model_dir));
   DF_ASSIGN_OR_RETURN(LoadPlan p, MakeLoadPlan(options, config));
   return p.info;
 }
 
-Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
+Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& plain_options) {
+  DF_ASSIGN_OR_RETURN(const EngineOptions options, WithPlacement(plain_options));
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   DF_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(options.model_dir));
@@ -314,7 +349,8 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
       SpinePages pages(*impl->weights, options.io_threads);
       for (int64_t g = 0; g <= pages.tail_group(); ++g) pages.MakeResident(g);
     }
-    DF_ASSIGN_OR_RETURN(auto reader, OpenShardSpanReader(*impl->weights, options.direct_io));
+    DF_ASSIGN_OR_RETURN(auto reader, OpenExpertReader(*impl->weights, options.model_dir,
+                                                      options.direct_io, &impl->drives));
     ExpertStreamOptions so;
     so.cache_bytes = plan.memory.expert_cache_bytes;
     so.io_threads = options.io_threads;
@@ -349,7 +385,9 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options) {
 
 Result<DiskProbe> Engine::ProbeDiskBandwidth(int64_t expert_reads, uint64_t seed) const {
   std::lock_guard<std::mutex> lock(impl_->stream_mutex);
-  DF_ASSIGN_OR_RETURN(auto reader, OpenShardSpanReader(*impl_->weights, impl_->options.direct_io));
+  // A spread model is probed through its drive set, so the probe sees every drive's bandwidth.
+  DF_ASSIGN_OR_RETURN(auto reader, OpenExpertReader(*impl_->weights, impl_->options.model_dir,
+                                                    impl_->options.direct_io));
   DiskProbe probe;
   if (impl_->spine_ring == nullptr) {
     DF_ASSIGN_OR_RETURN(
@@ -368,6 +406,11 @@ Result<DiskProbe> Engine::ProbeDiskBandwidth(int64_t expert_reads, uint64_t seed
 }
 
 const ModelInfo& Engine::info() const { return impl_->info; }
+
+std::vector<DriveStats> Engine::DriveStatistics() const {
+  if (impl_->drives == nullptr) return {};
+  return impl_->drives->Stats();
+}
 
 std::unique_ptr<Session> Engine::NewSession() const {
   const int64_t chunk = std::min(impl_->options.prefill_chunk, impl_->info.context_capacity);

@@ -124,6 +124,35 @@ TEST_F(PlanTest, K3StatedProfile) {
   }
 }
 
+// A second drive holding every expert (`deltafin spread`): the plan reads at the combined rate,
+// so a disk-bound scenario's predicted time falls by about the ratio of the rates.
+TEST_F(PlanTest, K3StatedSecondDrive) {
+  auto one = RunCli("plan --k3 --profile m1-max --mem-limit 64G --json " + Path("one.json"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto two = RunCli("plan --k3 --profile m1-max --mem-limit 64G --drive-gbps 6.6 --json " +
+                    Path("two.json"));
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_NE(two.output.find("+ 1 more drive (6.60 + 6.60 GB/s combined)"), std::string::npos)
+      << two.output;
+  const json a = ReadJson("one.json"), b = ReadJson("two.json");
+  EXPECT_NEAR(b["profile"]["expert_read_gbps"].get<double>(), 13.2, 1e-9);
+  bool compared = false;
+  for (size_t i = 0; i < a["scenarios"].size(); ++i) {
+    const auto& x = a["scenarios"][i];
+    const auto& y = b["scenarios"][i];
+    if (x["name"] != "stream-spine-resident" || !x["feasible"].get<bool>() || x["bound"] != "disk")
+      continue;
+    const double ratio =
+        y["predicted_s_per_token"].get<double>() / x["predicted_s_per_token"].get<double>();
+    EXPECT_GT(ratio, 0.45) << x.dump() << y.dump();
+    EXPECT_LT(ratio, 0.75) << x.dump() << y.dump();
+    compared = true;
+  }
+  EXPECT_TRUE(compared);
+  auto bad = RunCli("plan --k3 --profile m1-max --drive-gbps 0");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+}
+
 TEST_F(PlanTest, K3ProbeFileIsRemoved) {
   ScopedTempDir probe;
   auto r = RunCli("plan --k3 --quick --probe-dir " + ShellQuote(probe.path()) + " --json " +
