@@ -3,6 +3,9 @@
 // kernels/matvec.h. 32 partial sums are kept as 32/N vectors of N lanes (2 on AVX3, 4 on AVX2,
 // 8 on NEON), lane l of vector k holding partial k*N + l; each step is one fused multiply-add,
 // exactly as the scalar reference (std::fma) rounds, so every target is bit-identical to it.
+// TiledRows (below) is the register-blocked form for batches (several rows × several vectors per
+// tile, the partials held as even/odd column pairs, activations and columns blocked for the
+// caches); docs/PERFORMANCE.md "Batched kernels at the multiply-add roof" describes the design.
 //
 // Included by the kernel TUs after hwy/foreach_target.h, so it has Highway's per-target include
 // guard instead of #pragma once. Not compiled for HWY_SCALAR: there the TUs call the references.

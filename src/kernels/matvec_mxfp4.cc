@@ -176,8 +176,9 @@ HWY_INLINE void Mxfp4TileRowsAvx3(const uint8_t* packed, const uint8_t* scales, 
   });
 }
 
-// One vector: 4 rows per tile (more FMA chains, one x load for 4 rows); batches: 2 rows × 4
-// vectors (2 × 4 × 2 accumulators and the weights fill the 32 registers).
+// One vector: 4 rows per tile (more FMA chains, one x load for 4 rows); small batches: 2 rows × 4
+// vectors (2 × 4 × 2 accumulators and the weights fill the 32 registers). Larger batches take
+// TiledRows (Mxfp4RowsImpl).
 void Mxfp4RowsAvx3(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
                    const float* x, int64_t n, int64_t r0, int64_t r1, float* y) {
   ForEachDeinterleavedTile<4>(x, n, cols, rows, y, [&](const float* xd, int64_t count, float* yv) {
