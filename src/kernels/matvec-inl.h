@@ -23,7 +23,6 @@
 
 #include "base/aligned_buffer.h"
 #include "hwy/highway.h"
-#include "quant/bf16.h"
 #include "quant/mxfp4.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -594,27 +593,6 @@ struct F32Decoder {
   }
   HWY_INLINE void Tail(int64_t c, int64_t count, float* out) const {
     for (int64_t i = 0; i < count; ++i) out[i] = a[c + i];
-  }
-};
-
-// BF16 -> fp32 is exact: the 16 bits become the upper half of the fp32 pattern.
-struct Bf16Decoder {
-  const uint16_t* w0;
-  int64_t cols;
-  const uint16_t* row = nullptr;
-  HWY_INLINE void SetRow(int64_t r) { row = w0 + r * cols; }
-  HWY_INLINE void Block(int64_t c, VF* w) const {
-    const DF df;
-    const hn::RebindToUnsigned<DF> du;
-    const hn::Rebind<uint16_t, decltype(du)> d16;
-    HWY_UNROLL(8)
-    for (size_t k = 0; k < kAcc; ++k) {
-      const auto wide = hn::PromoteTo(du, hn::LoadU(d16, row + c + k * kN));
-      w[k] = hn::BitCast(df, hn::ShiftLeft<16>(wide));
-    }
-  }
-  HWY_INLINE void Tail(int64_t c, int64_t count, float* out) const {
-    for (int64_t i = 0; i < count; ++i) out[i] = Bf16ToF32(row[c + i]);
   }
 };
 
