@@ -75,13 +75,16 @@ class Bench {
   // kSegments rounds of [one pass of the bandwidth probe, then call(i) (i = which weight copy) for
   // min_seconds / kSegments]. Pairing each segment with the probe right before it means a
   // neighbour's load on a shared machine weighs on both sides of a ratio alike.
-  std::vector<Sample> Time(int copies, const std::function<void(int)>& call) {
+  // Without `with_probe` (the batched table, which divides by the multiply-add peak instead) the
+  // probe passes are skipped and probe_gbps is 0.
+  std::vector<Sample> Time(int copies, const std::function<void(int)>& call,
+                           bool with_probe = true) {
     constexpr int kSegments = 5;
     call(0);  // warm up code paths, page in outputs
     int copy = 1 % copies;
     std::vector<Sample> samples;
     for (int segment = 0; segment < kSegments; ++segment) {
-      const double probe = ProbePass();
+      const double probe = with_probe ? ProbePass() : 0.0;
       int64_t calls = 0;
       const auto t0 = Clock::now();
       double elapsed = 0;
@@ -250,6 +253,158 @@ class Bench {
     }
   }
 
+  // ---- batched products: n activation rows × one weight matrix ----
+
+  struct BatchRecord {
+    std::string kernel, shape;
+    int64_t n = 1;
+    int threads = 1;
+    double bytes = 0, seconds = 0, gflops = 0, fraction = 0, gbps = 0;
+  };
+
+  // Times call(copy) per n and thread count, weights rotating over cold copies as above. FLOPs
+  // count 2 per multiply-add (rows·cols·n multiply-adds); "of peak" divides the multiply-adds per
+  // second by the fp32 multiply-add peak measured at the same thread count.
+  void AddBatched(const std::string& kernel, int64_t rows, int64_t cols, double bytes, int copies,
+                  const std::vector<int>& thread_counts,
+                  const std::function<void(int, int64_t)>& call) {
+    for (int t : thread_counts) {
+      SetDefaultThreadCount(t);
+      for (int64_t n : BatchSizes()) {
+        const auto samples = Time(
+            copies, [&](int c) { call(c, n); }, /*with_probe=*/false);
+        std::vector<double> seconds;
+        for (const Sample& sample : samples) seconds.push_back(sample.seconds_per_call);
+        BatchRecord r;
+        r.kernel = kernel;
+        r.shape = std::to_string(rows) + "x" + std::to_string(cols);
+        r.n = n;
+        r.threads = t;
+        r.bytes = bytes;
+        r.seconds = Median(seconds);
+        const double fmas =
+            static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(n);
+        r.gflops = 2 * fmas / r.seconds / 1e9;
+        r.fraction = fmas / r.seconds / (t == 1 ? fma1_ : fma_all_);
+        r.gbps = bytes / r.seconds / 1e9;
+        batch_records_.push_back(r);
+        std::printf("%-14s %-11s %4lld %4d %10.4f %9.1f %7.0f%% %8.2f\n", r.kernel.c_str(),
+                    r.shape.c_str(), static_cast<long long>(n), t, r.seconds * 1e3, r.gflops,
+                    100 * r.fraction, r.gbps);
+        std::fflush(stdout);
+      }
+    }
+  }
+
+  std::vector<int64_t> BatchSizes() const {
+    if (o_.quick) return {1, 2, 8, 32, 33};
+    return {1, 2, 4, 8, 16, 32, 64, 128, 512};
+  }
+
+  // Activations for up to the largest batch: small values of both signs.
+  static AlignedBuffer<float> Activations(int64_t n, int64_t cols) {
+    AlignedBuffer<float> x(static_cast<size_t>(n * cols));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(i % 97) - 0.04f;
+    return x;
+  }
+
+  void BatchedMxfp4(const char* name, int64_t rows, int64_t cols,
+                    const std::vector<int>& thread_counts) {
+    const size_t packed = static_cast<size_t>(rows * cols / 2);
+    const size_t bytes = packed + static_cast<size_t>(rows * cols / 32);
+    const int copies = Copies(bytes);
+    std::vector<AlignedBuffer<uint8_t>> w(static_cast<size_t>(copies));
+    for (int i = 0; i < copies; ++i) {
+      w[static_cast<size_t>(i)].Resize(bytes);
+      FillBytes(w[static_cast<size_t>(i)].data(), packed, static_cast<uint64_t>(i));
+      std::memset(w[static_cast<size_t>(i)].data() + packed, 124, bytes - packed);
+    }
+    const int64_t max_n = BatchSizes().back();
+    const auto x = Activations(max_n, cols);
+    AlignedBuffer<float> y(static_cast<size_t>(max_n * rows));
+    AddBatched(name, rows, cols, static_cast<double>(bytes), copies, thread_counts,
+               [&](int c, int64_t n) {
+                 const uint8_t* base = w[static_cast<size_t>(c)].data();
+                 kernels::MatMulMxfp4(base, base + packed, rows, cols, x.data(), n, y.data());
+               });
+  }
+
+  void BatchedBf16(const char* name, int64_t rows, int64_t cols,
+                   const std::vector<int>& thread_counts) {
+    const size_t bytes = static_cast<size_t>(rows * cols) * 2;
+    const int copies = Copies(bytes);
+    std::vector<AlignedBuffer<uint16_t>> w(static_cast<size_t>(copies));
+    for (int i = 0; i < copies; ++i) {
+      w[static_cast<size_t>(i)].Resize(bytes / 2);
+      auto* p = w[static_cast<size_t>(i)].data();
+      FillBytes(reinterpret_cast<uint8_t*>(p), bytes, static_cast<uint64_t>(i));
+      for (size_t j = 0; j < bytes / 2; ++j) p[j] &= 0xbfff;  // finite values
+    }
+    const int64_t max_n = BatchSizes().back();
+    const auto x = Activations(max_n, cols);
+    AlignedBuffer<float> y(static_cast<size_t>(max_n * rows));
+    AddBatched(
+        name, rows, cols, static_cast<double>(bytes), copies, thread_counts, [&](int c, int64_t n) {
+          kernels::MatMulBf16(w[static_cast<size_t>(c)].data(), rows, cols, x.data(), n, y.data());
+        });
+  }
+
+  void BatchedI8(const char* name, int64_t rows, int64_t cols,
+                 const std::vector<int>& thread_counts) {
+    const size_t qbytes = static_cast<size_t>(rows * cols);
+    const size_t bytes = qbytes + static_cast<size_t>(rows) * 4;
+    const int copies = Copies(bytes);
+    std::vector<AlignedBuffer<int8_t>> w(static_cast<size_t>(copies));
+    for (int i = 0; i < copies; ++i) {
+      w[static_cast<size_t>(i)].Resize(qbytes);
+      FillBytes(reinterpret_cast<uint8_t*>(w[static_cast<size_t>(i)].data()), qbytes,
+                static_cast<uint64_t>(i));
+    }
+    AlignedBuffer<float> scales(static_cast<size_t>(rows));
+    for (size_t i = 0; i < scales.size(); ++i) scales[i] = 0.01f;
+    const int64_t max_n = BatchSizes().back();
+    const auto x = Activations(max_n, cols);
+    AlignedBuffer<float> y(static_cast<size_t>(max_n * rows));
+    AddBatched(name, rows, cols, static_cast<double>(bytes), copies, thread_counts,
+               [&](int c, int64_t n) {
+                 kernels::MatMulI8(w[static_cast<size_t>(c)].data(), scales.data(), rows, cols,
+                                   x.data(), n, y.data());
+               });
+  }
+
+  // The batched table: the bench preset's shapes (MXFP4 experts 256×512 and 512×256, 1024-wide
+  // BF16 / int8 spine linears) and K3's (experts 3072×3584 and 3584×3072, hidden 7168).
+  void RunBatched(const std::vector<int>& counts) {
+    std::printf(
+        "\nbatched products, n activation rows: GFLOP/s = 2·rows·cols·n / s; \"of peak\" = "
+        "multiply-adds/s / the multiply-add peak at that thread count; GB/s = weight bytes / s\n");
+    std::printf("%-14s %-11s %4s %4s %10s %9s %8s %8s\n", "kernel", "shape", "n", "thr", "ms/call",
+                "GFLOP/s", "of peak", "GB/s");
+    const int64_t s = o_.quick ? 8 : 1;
+    BatchedMxfp4("mxfp4 bench w13", 256 / s, 512 / s, counts);
+    BatchedMxfp4("mxfp4 bench w2", 512 / s, 256 / s, counts);
+    BatchedMxfp4("mxfp4 k3 w13", 3072 / s, 3584 / s, counts);
+    BatchedMxfp4("mxfp4 k3 w2", 3584 / s, 3072 / s, counts);
+    BatchedBf16("bf16 bench", 1024 / s, 1024 / s, counts);
+    BatchedBf16("bf16 k3", 2048 / s, 7168 / s, counts);
+    BatchedI8("int8 bench", 1024 / s, 1024 / s, counts);
+    BatchedI8("int8 k3", 2048 / s, 7168 / s, counts);
+    // Summary: the lowest and highest fraction of the peak at the row counts prefill uses.
+    for (int t : counts) {
+      double lo = 1e9, hi = 0;
+      for (const BatchRecord& r : batch_records_) {
+        if (r.threads != t || r.n < 32) continue;
+        lo = std::min(lo, r.fraction);
+        hi = std::max(hi, r.fraction);
+      }
+      if (hi > 0) {
+        std::printf(
+            "batched kernels at n >= 32, %d thread(s): %.0f%%-%.0f%% of the multiply-add peak\n", t,
+            100 * lo, 100 * hi);
+      }
+    }
+  }
+
   int Run() {
     const int all = o_.threads > 0 ? o_.threads : AvailableCpus();
     std::vector<int> counts = {1};
@@ -276,7 +431,6 @@ class Bench {
     const int64_t s = o_.quick ? 8 : 1;
     Mxfp4("mxfp4 w1/w3", 3072 / s, 3584 / s, 1, counts);
     Mxfp4("mxfp4 w2", 3584 / s, 3072 / s, 1, counts);
-    Mxfp4("mxfp4 w1 x16", 3072 / s, 3584 / s, 16, counts);
     Bf16("bf16 shared", 6144 / s, 7168 / s, counts);
     Bf16("bf16 kda", 12288 / s, 7168 / s, counts);
     Bf16("bf16 lm_head", o_.lm_head_rows / s, 7168 / s, counts);
@@ -284,27 +438,8 @@ class Bench {
     I8("int8 kda", 12288 / s, 7168 / s, counts);
     I8("int8 lm_head", o_.lm_head_rows / s, 7168 / s, counts);
     probe_ = AlignedBuffer<uint64_t>();
+    RunBatched(counts);
     SetDefaultThreadCount(0);
-    // Batched gain: positions/s at 16 positions over positions/s at 1, same shape and threads.
-    // Its ceiling with exact fp32 arithmetic: every weight-position is one multiply-add, so 16
-    // positions cannot go faster than the multiply-add peak allows.
-    for (int t : counts) {
-      const Record* single = nullptr;
-      const Record* batched = nullptr;
-      for (const Record& r : records_) {
-        if (r.threads != t) continue;
-        if (r.kernel == "mxfp4 w1/w3") single = &r;
-        if (r.kernel == "mxfp4 w1 x16") batched = &r;
-      }
-      if (single == nullptr || batched == nullptr) continue;
-      const double peak = t == 1 ? fma1_ : fma_all_;
-      const double single_rate = single->weights / single->seconds;  // weight-positions/s
-      const double batched_rate = batched->weights * 16 / batched->seconds;
-      std::printf(
-          "batched MXFP4 at 16 positions, %d thread(s): %.2fx the single-vector positions/s; "
-          "%.0f%% of the multiply-add peak; exact-fp32 ceiling %.2fx\n",
-          t, batched_rate / single_rate, 100 * batched_rate / peak, peak / single_rate);
-    }
     if (!o_.json_path.empty()) return WriteJson();
     return 0;
   }
@@ -338,6 +473,14 @@ class Bench {
                    r.kernel.c_str(), r.shape.c_str(), static_cast<long long>(r.positions),
                    r.threads, r.bytes, r.seconds, r.gbps, r.probe_gbps, r.ratio);
     }
+    for (const BatchRecord& r : batch_records_) {
+      std::fprintf(f,
+                   ",\n  {\"kernel\": \"%s\", \"shape\": \"%s\", \"positions\": %lld, "
+                   "\"threads\": %d, \"bytes\": %.0f, \"seconds\": %.9f, \"gflops\": %.4f, "
+                   "\"fma_fraction\": %.4f, \"gbps\": %.4f}",
+                   r.kernel.c_str(), r.shape.c_str(), static_cast<long long>(r.n), r.threads,
+                   r.bytes, r.seconds, r.gflops, r.fraction, r.gbps);
+    }
     std::fprintf(f, "\n]\n");
     const bool ok = std::fclose(f) == 0;
     if (!ok) std::fprintf(stderr, "error: %s: write failed\n", o_.json_path.c_str());
@@ -349,6 +492,7 @@ class Bench {
   std::atomic<uint64_t> sink_{0};  // keeps the probes' reads alive; parts add from every thread
   double bw1_ = 0, bw_all_ = 0, fma1_ = 0, fma_all_ = 0;
   std::vector<Record> records_;
+  std::vector<BatchRecord> batch_records_;
 };
 
 }  // namespace

@@ -3,6 +3,9 @@
 // kernels/matvec.h. 32 partial sums are kept as 32/N vectors of N lanes (2 on AVX3, 4 on AVX2,
 // 8 on NEON), lane l of vector k holding partial k*N + l; each step is one fused multiply-add,
 // exactly as the scalar reference (std::fma) rounds, so every target is bit-identical to it.
+// TiledRows (below) is the register-blocked form for batches (several rows × several vectors per
+// tile, the partials held as even/odd column pairs, activations and columns blocked for the
+// caches); docs/PERFORMANCE.md "Batched kernels at the multiply-add roof" describes the design.
 //
 // Included by the kernel TUs after hwy/foreach_target.h, so it has Highway's per-target include
 // guard instead of #pragma once. Not compiled for HWY_SCALAR: there the TUs call the references.
@@ -18,8 +21,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "base/aligned_buffer.h"
 #include "hwy/highway.h"
-#include "quant/bf16.h"
 #include "quant/mxfp4.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -190,6 +193,395 @@ HWY_INLINE void DotRows(Decoder& dec, int64_t rows, int64_t cols, const float* x
   }
 }
 
+// ---- register-blocked tiles on even/odd de-interleaved columns (BF16, int8, AVX-512 MXFP4) ----
+//
+// A 32-column block is taken as kPairs chunks of kChunk = 2·kN columns. The weights of a chunk are
+// decoded as two vectors, `even` (chunk columns 0, 2, …, 2kN-2) and `odd` (1, 3, …): for BF16 a
+// shift and a mask of 32-bit lanes, for int8 shifts of sign-extended 16-bit pairs, for MXFP4 the
+// low and high nibbles, so no decoder has to shuffle back into column order. The activations are
+// de-interleaved the same way (DeinterleaveChunks), and accumulator acc[2j] holds partials
+// {j·kChunk + 2l}, acc[2j+1] partials {j·kChunk + 2l + 1}: every column is still added into
+// partial c % 32 by one fused multiply-add, in increasing c; only where the partials live changes,
+// not the arithmetic. ReduceEvenOdd then runs the documented tree on that layout.
+
+constexpr int64_t kChunk = 2 * static_cast<int64_t>(kN);
+constexpr size_t kPairs = kAcc / 2;
+static_assert(kPairs >= 1 && kPairs * 2 == kAcc, "32 partials must be whole even/odd pairs");
+
+HWY_INLINE int64_t PaddedCols(int64_t cols) { return (cols + kBlock - 1) / kBlock * kBlock; }
+
+// dst[j·kChunk + l] = x[j·kChunk + 2l], dst[j·kChunk + kN + l] = x[j·kChunk + 2l + 1], over
+// [0, PaddedCols(cols)); columns past `cols` are +0 (TiledRows says why that is exact).
+HWY_INLINE void DeinterleaveChunks(const float* x, int64_t cols, float* dst) {
+  const DF df;
+  int64_t c = 0;
+  for (; c + kChunk <= cols; c += kChunk) {
+    const VF lo = hn::LoadU(df, x + c), hi = hn::LoadU(df, x + c + kN);
+    hn::Store(hn::ConcatEven(df, hi, lo), df, dst + c);
+    hn::Store(hn::ConcatOdd(df, hi, lo), df, dst + c + kN);
+  }
+  const int64_t padded = PaddedCols(cols);
+  for (; c < padded; c += kChunk) {
+    for (int64_t l = 0; l < static_cast<int64_t>(kN); ++l) {
+      dst[c + l] = c + 2 * l < cols ? x[c + 2 * l] : 0.0f;
+      dst[c + static_cast<int64_t>(kN) + l] = c + 2 * l + 1 < cols ? x[c + 2 * l + 1] : 0.0f;
+    }
+  }
+}
+
+// The documented tree on partials in the even/odd layout. Levels of width >= kChunk add whole
+// chunks (acc[2j] += acc[2j + 2w], odd likewise); the rest run inside the remaining pair, where
+// level "p[i] += p[i + W]" (W <= kN) is even[l] += even[l + W/2] and odd[l] += odd[l + W/2], and
+// the last level, p[0] += p[1], is even[0] + odd[0]. Same operands, same order: bit-identical.
+HWY_INLINE float ReduceEvenOdd(VF* acc) {
+  HWY_UNROLL(4)
+  for (size_t width = kPairs / 2; width >= 1; width /= 2) {
+    HWY_UNROLL(4)
+    for (size_t j = 0; j < width; ++j) {
+      acc[2 * j] = hn::Add(acc[2 * j], acc[2 * (j + width)]);
+      acc[2 * j + 1] = hn::Add(acc[2 * j + 1], acc[2 * (j + width) + 1]);
+    }
+  }
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
+  // Halving an 8-lane vector: lanes l and l + 4, then l and l + 2, then 0 and 1.
+  const auto tree8 = [](__m256 v8) {
+    const __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
+    const __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
+    return _mm_add_ss(v2, _mm_movehdup_ps(v2));
+  };
+#if HWY_TARGET == HWY_AVX2
+  return _mm_cvtss_f32(_mm_add_ss(tree8(acc[0].raw), tree8(acc[1].raw)));
+#else
+  const auto halve = [&](__m512 v) {
+    return tree8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+  };
+  return _mm_cvtss_f32(_mm_add_ss(halve(acc[0].raw), halve(acc[1].raw)));
+#endif
+#else
+  const DF df;
+  alignas(64) float e[kN], o[kN];
+  hn::Store(acc[0], df, e);
+  hn::Store(acc[1], df, o);
+  for (size_t w = kN / 2; w >= 1; w /= 2) {
+    for (size_t l = 0; l < w; ++l) {
+      e[l] += e[l + w];
+      o[l] += o[l + w];
+    }
+  }
+  return e[0] + o[0];
+#endif
+}
+
+// kR weight rows (decoders dec[i], each bound to its row) × kT de-interleaved activation vectors
+// (xd + t·xstride), over blocks [b0, b1) of 32 columns and, if `tail`, the rows' zero-padded last
+// block. Decoder::Pair<kTail>(b, j, even, odd) decodes chunk j of block b. Each weight chunk is
+// decoded once for the kT vectors and each activation chunk loaded once for the kR rows.
+//
+// Column blocking: a product whose columns are split into several calls carries its 32 partials
+// in `carry` (kAcc vectors per row and vector, [t][i][k]) from one call to the next: `first`
+// starts them at +0, otherwise they are loaded; `last` reduces them and calls store(i, t, dot),
+// otherwise they are saved. Every partial sees the same fused multiply-adds in the same order as
+// in one call over all columns, so the split changes no bit.
+template <size_t kR, size_t kT, class Decoder, class Store>
+HWY_INLINE void TileKernel(const Decoder* dec, int64_t b0, int64_t b1, bool tail, const float* xd,
+                           int64_t xstride, float* carry, bool first, bool last,
+                           const Store& store) {
+  const DF df;
+  VF acc[kR][kT][kAcc];
+  HWY_UNROLL(8)
+  for (size_t i = 0; i < kR; ++i) {
+    HWY_UNROLL(8)
+    for (size_t t = 0; t < kT; ++t) {
+      HWY_UNROLL(8)
+      for (size_t k = 0; k < kAcc; ++k) {
+        acc[i][t][k] = first ? hn::Zero(df) : hn::Load(df, carry + ((t * kR + i) * kAcc + k) * kN);
+      }
+    }
+  }
+  const auto block = [&]<bool kTail>(int64_t b) HWY_ATTR {
+    HWY_UNROLL(4)
+    for (size_t j = 0; j < kPairs; ++j) {
+      VF we[kR], wo[kR];
+      HWY_UNROLL(8)
+      for (size_t i = 0; i < kR; ++i) dec[i].template Pair<kTail>(b, j, we[i], wo[i]);
+      const float* xb = xd + b * kBlock + static_cast<int64_t>(j) * kChunk;
+      HWY_UNROLL(8)
+      for (size_t t = 0; t < kT; ++t) {
+        VF xe = hn::Load(df, xb + static_cast<int64_t>(t) * xstride);
+        VF xo = hn::Load(df, xb + static_cast<int64_t>(t) * xstride + kN);
+#if HWY_ARCH_X86
+        if constexpr (kR > 1) {
+          // Keep x in registers for the kR rows: folded into each FMA it would load kR times.
+          asm("" : "+v"(xe.raw), "+v"(xo.raw));
+        }
+#endif
+        HWY_UNROLL(8)
+        for (size_t i = 0; i < kR; ++i) {
+          acc[i][t][2 * j] = hn::MulAdd(we[i], xe, acc[i][t][2 * j]);
+          acc[i][t][2 * j + 1] = hn::MulAdd(wo[i], xo, acc[i][t][2 * j + 1]);
+        }
+      }
+    }
+  };
+  for (int64_t b = b0; b < b1; ++b) block.template operator()<false>(b);
+  if (tail) block.template operator()<true>(b1);
+  HWY_UNROLL(8)
+  for (size_t i = 0; i < kR; ++i) {
+    HWY_UNROLL(8)
+    for (size_t t = 0; t < kT; ++t) {
+      if (last) {
+        store(i, t, ReduceEvenOdd(acc[i][t]));
+      } else {
+        HWY_UNROLL(8)
+        for (size_t k = 0; k < kAcc; ++k) {
+          hn::Store(acc[i][t][k], df, carry + ((t * kR + i) * kAcc + k) * kN);
+        }
+      }
+    }
+  }
+}
+
+// TileKernel for a run-time width 1 <= width <= kMaxT (the last, narrower vector tile).
+template <size_t kR, size_t kMaxT, class Decoder, class Store>
+HWY_INLINE void TileKernelWidth(size_t width, const Decoder* dec, int64_t b0, int64_t b1, bool tail,
+                                const float* xd, int64_t xstride, float* carry, bool first,
+                                bool last, const Store& store) {
+  if (width == kMaxT) {
+    TileKernel<kR, kMaxT>(dec, b0, b1, tail, xd, xstride, carry, first, last, store);
+  } else if constexpr (kMaxT > 1) {
+    TileKernelWidth<kR, kMaxT - 1>(width, dec, b0, b1, tail, xd, xstride, carry, first, last,
+                                   store);
+  }
+}
+
+// Weights already decoded to fp32 in the even/odd layout (TiledRows' per-row-tile buffer whose
+// first block is column block b0; a row's padded last block follows its full blocks).
+struct F32PairDecoder {
+  const float* base = nullptr;
+  int64_t b0 = 0;
+  template <bool kTail>
+  HWY_INLINE void Pair(int64_t b, size_t j, VF& even, VF& odd) const {
+    const DF df;
+    const float* p = base + (b - b0) * kBlock + static_cast<int64_t>(j) * kChunk;
+    even = hn::Load(df, p);
+    odd = hn::Load(df, p + kN);
+  }
+};
+
+// Tile shapes: accumulators (kR·kT·kAcc) + weights (2·kR) + one activation pair must fit the
+// register file (32 zmm on AVX-512, 16 ymm on AVX2, 32 q on NEON). A single vector uses more rows
+// (more weight streams in flight, each activation load shared by all of them).
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr size_t kTileRows = 3, kTileVecs = 4, kTileRowsSingle = 8;
+#elif HWY_TARGET == HWY_AVX2
+constexpr size_t kTileRows = 1, kTileVecs = 2, kTileRowsSingle = 2;
+#else
+constexpr size_t kTileRows = 1, kTileVecs = 3, kTileRowsSingle = 2;
+#endif
+
+// Per-thread scratch (kWhich: 0 de-interleaved activations, 1 carried partials): grows to the
+// largest size the thread has needed (the warm-up calls), then is reused, so steady-state calls
+// never allocate.
+template <int kWhich>
+HWY_INLINE float* ScratchFloats(int64_t count) {
+  thread_local AlignedBuffer<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < count) buffer.Resize(static_cast<size_t>(count));
+  return buffer.data();
+}
+
+// Activations are de-interleaved in blocks of vectors of at most this many bytes (kept in the
+// core's L2 cache): the weights are streamed once per block, so the larger the block, the fewer
+// bytes of weights per multiply-add.
+constexpr int64_t kXBlockBytes = 512 * 1024;
+// Columns per column block: a row tile's weights over this many columns stay in L1 while every
+// vector tile of the block uses them (their partials carried between column blocks).
+constexpr int64_t kColBlockBlocks = 1024 / kBlock;
+
+// Rows [r0, r1) of Y = X·Wᵀ for n vectors: y[v·rows + r] = finish(r, dot(row r, x_v)), each dot
+// in the order of kernels/matvec.h, so any row partition and any n give the same bits. Tiles of
+// kR rows × kT vectors (a single vector: kR1 rows × 1); leftover rows go one at a time, leftover
+// vectors in one narrower tile. make(dec, r) binds a decoder to row r.
+//
+// Columns past `cols` up to the next multiple of 32 are +0 in both the decoders' padded last
+// block and x: their products +0·+0 leave every partial unchanged (a partial is never -0: it
+// starts at +0, and a sum that cancels exactly rounds to +0), so the padding is exact.
+template <size_t kR, size_t kT, size_t kR1, class Decoder, class MakeDecoder, class Finish>
+HWY_INLINE void TiledRows(const MakeDecoder& make, int64_t rows, int64_t cols, const float* x,
+                          int64_t n, int64_t r0, int64_t r1, float* y, const Finish& finish) {
+  const int64_t padded = PaddedCols(cols);
+  const int64_t full_blocks = cols / kBlock;
+  const bool tail = full_blocks * kBlock < cols;
+  const int64_t blocks = padded / kBlock;
+  int64_t per_block = kXBlockBytes / (padded * static_cast<int64_t>(sizeof(float)));
+  per_block = per_block < static_cast<int64_t>(kT)
+                  ? static_cast<int64_t>(kT)
+                  : per_block / static_cast<int64_t>(kT) * static_cast<int64_t>(kT);
+  if (per_block > n) per_block = n;
+  float* xd = ScratchFloats<0>(per_block * padded);
+  // Carried partials of one row tile and every vector of the block (only with column blocks).
+  float* carry =
+      blocks > kColBlockBlocks
+          ? ScratchFloats<1>(per_block * static_cast<int64_t>(kR > kR1 ? kR : kR1) * kBlock)
+          : nullptr;
+  // A row tile's weights of one column block, decoded to fp32.
+  float* wbuf =
+      ScratchFloats<2>(static_cast<int64_t>(kR > kR1 ? kR : kR1) * kColBlockBlocks * kBlock);
+  for (int64_t v0 = 0; v0 < n; v0 += per_block) {
+    const int64_t count = n - v0 < per_block ? n - v0 : per_block;
+    for (int64_t v = 0; v < count; ++v) {
+      DeinterleaveChunks(x + (v0 + v) * cols, cols, xd + v * padded);
+    }
+    float* yv = y + v0 * rows;
+    // One row tile of kRows rows: every column block, and in it every vector of the block, kVecs
+    // at a time.
+    const auto rows_tile = [&]<size_t kRows, size_t kVecs>(int64_t r) HWY_ATTR {
+      Decoder dec[kRows];
+      for (size_t i = 0; i < kRows; ++i) make(dec[i], r + static_cast<int64_t>(i));
+      for (int64_t cb = 0; cb < blocks; cb += kColBlockBlocks) {
+        const int64_t cb_end = blocks - cb < kColBlockBlocks ? blocks : cb + kColBlockBlocks;
+        const bool first = cb == 0, last = cb_end == blocks;
+        const int64_t b1 = cb_end < full_blocks ? cb_end : full_blocks;
+        const bool with_tail = last && tail;
+        int64_t t0 = 0;
+        const auto store = [&](size_t i, size_t t, float s) {
+          const int64_t row = r + static_cast<int64_t>(i);
+          yv[(t0 + static_cast<int64_t>(t)) * rows + row] = finish(row, s);
+        };
+        const auto carry_at = [&](int64_t t) {
+          return carry == nullptr ? nullptr : carry + t * static_cast<int64_t>(kRows) * kBlock;
+        };
+        const auto vector_tiles = [&](const auto* tile_dec) HWY_ATTR {
+          for (t0 = 0; t0 + static_cast<int64_t>(kVecs) <= count; t0 += kVecs) {
+            TileKernel<kRows, kVecs>(tile_dec, cb, b1, with_tail, xd + t0 * padded, padded,
+                                     carry_at(t0), first, last, store);
+          }
+          if (t0 < count) {
+            TileKernelWidth<kRows, kVecs>(static_cast<size_t>(count - t0), tile_dec, cb, b1,
+                                          with_tail, xd + t0 * padded, padded, carry_at(t0), first,
+                                          last, store);
+          }
+        };
+        if (!Decoder::kPredecode || count <= static_cast<int64_t>(kVecs)) {
+          vector_tiles(dec);  // decode on the fly, once per vector tile
+          continue;
+        }
+        // Several vector tiles of a costly format: decode the row tile's weights of this column
+        // block to fp32 once (wbuf, L1-resident), in the even/odd layout the tiles read.
+        const DF df;
+        F32PairDecoder fdec[kRows];
+        for (size_t i = 0; i < kRows; ++i) {
+          float* base = wbuf + static_cast<int64_t>(i) * kColBlockBlocks * kBlock;
+          fdec[i] = {base, cb};
+          for (int64_t b = cb; b < b1 + (with_tail ? 1 : 0); ++b) {
+            HWY_UNROLL(4)
+            for (size_t j = 0; j < kPairs; ++j) {
+              VF e, o;
+              if (b < b1) {
+                dec[i].template Pair<false>(b, j, e, o);
+              } else {
+                dec[i].template Pair<true>(b, j, e, o);
+              }
+              float* p = base + (b - cb) * kBlock + static_cast<int64_t>(j) * kChunk;
+              hn::Store(e, df, p);
+              hn::Store(o, df, p + kN);
+            }
+          }
+        }
+        vector_tiles(fdec);
+      }
+    };
+    int64_t r = r0;
+    if (count == 1) {
+      for (; r + static_cast<int64_t>(kR1) <= r1; r += kR1) {
+        rows_tile.template operator()<kR1, 1>(r);
+      }
+    } else {
+      for (; r + static_cast<int64_t>(kR) <= r1; r += kR) {
+        rows_tile.template operator()<kR, kT>(r);
+      }
+    }
+    for (; r < r1; ++r) rows_tile.template operator()<1, kT>(r);
+  }
+}
+
+// BF16 pair decoder: 2kN weights as kN 32-bit lanes; the even column is the low half (shifted
+// up), the odd column the high half (masked): BF16 -> fp32 exactly, no shuffle.
+struct Bf16PairDecoder {
+  static constexpr bool kPredecode = false;  // a shift and a mask: cheaper than a store and load
+  const uint16_t* row = nullptr;
+  alignas(64) uint16_t pad[kBlock] = {};  // the last, partial block, zero-padded
+
+  HWY_INLINE void Bind(const uint16_t* w, int64_t cols, int64_t r) {
+    row = w + r * cols;
+    const int64_t full = cols / kBlock * kBlock;
+    for (int64_t c = full; c < cols; ++c) pad[c - full] = row[c];
+  }
+  template <bool kTail>
+  HWY_INLINE void Pair(int64_t b, size_t j, VF& even, VF& odd) const {
+    const DF df;
+    const hn::RebindToUnsigned<DF> du;
+    const hn::Repartition<uint16_t, DF> d16;
+    const uint16_t* p = (kTail ? pad : row + b * kBlock) + static_cast<int64_t>(j) * kChunk;
+    const auto v = hn::BitCast(du, hn::LoadU(d16, p));
+    even = hn::BitCast(df, hn::ShiftLeft<16>(v));
+    odd = hn::BitCast(df, hn::And(v, hn::Set(du, 0xFFFF0000u)));
+  }
+};
+
+// Row-int8 pair decoder: 2kN int8 weights sign-extended to 16-bit lanes, viewed as kN 32-bit
+// lanes; the even column is the low half (shifted up and arithmetic-shifted back), the odd column
+// the high half (arithmetic shift), converted to fp32 exactly.
+struct I8PairDecoder {
+  static constexpr bool kPredecode = false;  // measured: decoding on the fly is as fast
+  const int8_t* row = nullptr;
+  alignas(64) int8_t pad[kBlock] = {};
+
+  HWY_INLINE void Bind(const int8_t* q, int64_t cols, int64_t r) {
+    row = q + r * cols;
+    const int64_t full = cols / kBlock * kBlock;
+    for (int64_t c = full; c < cols; ++c) pad[c - full] = row[c];
+  }
+  template <bool kTail>
+  HWY_INLINE void Pair(int64_t b, size_t j, VF& even, VF& odd) const {
+    const DF df;
+    const hn::RebindToSigned<DF> di;
+    const hn::Repartition<int16_t, DF> d16;
+    const hn::Rebind<int8_t, decltype(d16)> d8;
+    const int8_t* p = (kTail ? pad : row + b * kBlock) + static_cast<int64_t>(j) * kChunk;
+    const auto v = hn::BitCast(di, hn::PromoteTo(d16, hn::LoadU(d8, p)));
+    even = hn::ConvertTo(df, hn::ShiftRight<16>(hn::ShiftLeft<16>(v)));
+    odd = hn::ConvertTo(df, hn::ShiftRight<16>(v));
+  }
+};
+
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// MXFP4 pair decoder (AVX-512: one chunk = one 32-column group). Byte j of a group holds columns
+// 2j (low nibble) and 2j+1 (high nibble); the 16 bytes widened to 16 dword lanes index the E2M1
+// table pre-multiplied by the group's power-of-two scale (exact), and vpermps reads only the low
+// 4 bits of each index, so the low nibble needs no mask and the high nibble one shift.
+struct Mxfp4PairDecoder {
+  static constexpr bool kPredecode = true;  // a scale, a widening and two permutes per 32 weights
+  const uint8_t* prow = nullptr;
+  const uint8_t* srow = nullptr;
+
+  HWY_INLINE void Bind(const uint8_t* packed, const uint8_t* scales, int64_t cols, int64_t r) {
+    prow = packed + r * (cols / 2);
+    srow = scales + r * (cols / kBlock);
+  }
+  template <bool kTail>
+  HWY_INLINE void Pair(int64_t b, size_t, VF& even, VF& odd) const {
+    alignas(64) static constexpr float kTable[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
+                                                     4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
+                                                     -2.0f, -3.0f, -4.0f, -6.0f};
+    const __m512 scaled = _mm512_mul_ps(_mm512_load_ps(kTable), _mm512_set1_ps(E8m0ToF32(srow[b])));
+    const __m512i codes =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(prow + b * 16)));
+    even.raw = _mm512_permutexvar_ps(codes, scaled);
+    odd.raw = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), scaled);
+  }
+};
+#endif
+
 // ---- decoders ----
 
 struct F32Decoder {
@@ -201,27 +593,6 @@ struct F32Decoder {
   }
   HWY_INLINE void Tail(int64_t c, int64_t count, float* out) const {
     for (int64_t i = 0; i < count; ++i) out[i] = a[c + i];
-  }
-};
-
-// BF16 -> fp32 is exact: the 16 bits become the upper half of the fp32 pattern.
-struct Bf16Decoder {
-  const uint16_t* w0;
-  int64_t cols;
-  const uint16_t* row = nullptr;
-  HWY_INLINE void SetRow(int64_t r) { row = w0 + r * cols; }
-  HWY_INLINE void Block(int64_t c, VF* w) const {
-    const DF df;
-    const hn::RebindToUnsigned<DF> du;
-    const hn::Rebind<uint16_t, decltype(du)> d16;
-    HWY_UNROLL(8)
-    for (size_t k = 0; k < kAcc; ++k) {
-      const auto wide = hn::PromoteTo(du, hn::LoadU(d16, row + c + k * kN));
-      w[k] = hn::BitCast(df, hn::ShiftLeft<16>(wide));
-    }
-  }
-  HWY_INLINE void Tail(int64_t c, int64_t count, float* out) const {
-    for (int64_t i = 0; i < count; ++i) out[i] = Bf16ToF32(row[c + i]);
   }
 };
 

@@ -26,8 +26,9 @@ void Bf16RowsImpl(const uint16_t* w, int64_t rows, int64_t cols, const float* x,
     ref::MatVecBf16(w + r0 * cols, r1 - r0, cols, x + v * cols, y + v * rows + r0);
   }
 #else
-  Bf16Decoder dec{w, cols};
-  DotRows(dec, rows, cols, x, n, r0, r1, y, [](int64_t, float s) { return s; });
+  TiledRows<kTileRows, kTileVecs, kTileRowsSingle, Bf16PairDecoder>(
+      [&](Bf16PairDecoder& dec, int64_t r) { dec.Bind(w, cols, r); }, rows, cols, x, n, r0, r1, y,
+      [](int64_t, float s) { return s; });
 #endif
 }
 

@@ -22,8 +22,17 @@ void I8RowsImpl(const int8_t* q, const float* scales, int64_t rows, int64_t cols
     ref::MatVecI8(q + r0 * cols, scales + r0, r1 - r0, cols, x + v * cols, y + v * rows + r0);
   }
 #else
-  I8Decoder dec{q, cols};
-  DotRows(dec, rows, cols, x, n, r0, r1, y, [scales](int64_t r, float s) { return scales[r] * s; });
+  if (n == 1) {
+    // A single vector decodes every weight for one multiply-add: the column-order decoder (two
+    // widenings and two conversions per 32 weights) is cheaper than the even/odd pairs.
+    I8Decoder dec{q, cols};
+    DotRows(dec, rows, cols, x, n, r0, r1, y,
+            [scales](int64_t r, float s) { return scales[r] * s; });
+    return;
+  }
+  TiledRows<kTileRows, kTileVecs, kTileRowsSingle, I8PairDecoder>(
+      [&](I8PairDecoder& dec, int64_t r) { dec.Bind(q, cols, r); }, rows, cols, x, n, r0, r1, y,
+      [scales](int64_t r, float s) { return scales[r] * s; });
 #endif
 }
 

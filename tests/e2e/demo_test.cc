@@ -186,11 +186,11 @@ TEST_F(DemoTest, BenchKernelsWritesOneRecordPerKernelAndThreadCount) {
   const std::string json = (dir_ / "kernels.json").string();
   auto r = RunCli("bench kernels --quick --min-seconds 0.01 --threads 2 --json " + json);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("exact-fp32 ceiling"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("of the multiply-add peak"), std::string::npos) << r.output;
   const auto records = nlohmann::json::parse(std::ifstream(json));
   ASSERT_TRUE(records.is_array());
   std::set<std::string> probes;
-  std::set<std::pair<std::string, int>> kernels;
+  std::set<std::pair<std::string, int>> kernels, batched;
   for (const auto& rec : records) {
     const std::string kernel = rec.at("kernel");
     const int threads = rec.at("threads");
@@ -200,6 +200,16 @@ TEST_F(DemoTest, BenchKernelsWritesOneRecordPerKernelAndThreadCount) {
     } else if (kernel == "fma_peak") {
       EXPECT_GT(rec.at("lanes_per_second").get<double>(), 1e8);
       probes.insert(kernel + std::to_string(threads));
+    } else if (rec.contains("fma_fraction")) {
+      // The batched table: one record per kernel, shape, row count and thread count.
+      EXPECT_GT(rec.at("gflops").get<double>(), 0) << kernel;
+      EXPECT_GT(rec.at("fma_fraction").get<double>(), 0) << kernel;
+      EXPECT_TRUE(batched
+                      .insert({kernel + " " + rec.at("shape").get<std::string>() + " " +
+                                   std::to_string(rec.at("positions").get<int>()),
+                               threads})
+                      .second)
+          << "duplicate record " << kernel;
     } else {
       EXPECT_GT(rec.at("bytes").get<double>(), 0) << kernel;
       EXPECT_GT(rec.at("gbps").get<double>(), 0) << kernel;
@@ -210,7 +220,8 @@ TEST_F(DemoTest, BenchKernelsWritesOneRecordPerKernelAndThreadCount) {
     }
   }
   EXPECT_EQ(probes.size(), 4u);    // memory_read and fma_peak, 1 and 2 threads
-  EXPECT_EQ(kernels.size(), 18u);  // 9 kernel/shape rows × 2 thread counts
+  EXPECT_EQ(kernels.size(), 16u);  // 8 kernel/shape rows × 2 thread counts
+  EXPECT_EQ(batched.size(), 80u);  // 8 kernel/shape rows × 5 row counts (--quick) × 2 threads
 }
 
 TEST_F(DemoTest, UnknownCommandFails) {

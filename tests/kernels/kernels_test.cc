@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -231,6 +232,70 @@ TEST_P(KernelsTest, BatchedMxfp4WideRows) {
     MatMulMxfp4(packed.data(), scales.data(), rows, cols, x.data(), n, got.data());
     ExpectSame(want, got, "MatMulMxfp4");
   }
+}
+
+// Every batch size a prefill wave can hand the kernels (tile remainders of every width included),
+// odd column counts for BF16 and int8 (the zero-padded last block), and 1, 2 and 3 threads (row
+// parts that split tiles), rows narrower and wider than a column block: each batched product
+// equals the per-vector reference bit for bit.
+// 37 rows = 12 tiles of 3 + 1 and 4 single-vector tiles of 8 + 5.
+TEST_P(KernelsTest, BatchedEverySizeAndThreadCount) {
+  const int64_t batch_sizes[] = {1, 2, 3, 5, 8, 16, 17, 31, 32, 33, 64, 100, 257};
+  const int64_t max_n = 257, rows = 37;
+  std::vector<int> thread_counts = {1, 2, 3};
+  if (SingleThreadOnly()) thread_counts = {1};
+  const int saved = DefaultThreadCount();
+  std::mt19937 rng(10);
+  // Checks fn(x, n, y) against want (max_n·rows, per-vector references) for every n and thread
+  // count; vector v of a batch of n is the v-th vector of x, so want's prefix is the answer.
+  const auto check = [&](const std::vector<float>& want, const char* what,
+                         const std::function<void(int64_t, float*)>& fn) {
+    for (int threads : thread_counts) {
+      SetDefaultThreadCount(threads);
+      for (int64_t n : batch_sizes) {
+        SCOPED_TRACE(std::string(what) + " n=" + std::to_string(n) +
+                     " threads=" + std::to_string(threads));
+        std::vector<float> got(static_cast<size_t>(n * rows));
+        fn(n, got.data());
+        ExpectSame(std::vector<float>(want.begin(), want.begin() + n * rows), got, what);
+      }
+    }
+  };
+  // 2085 and 3584: rows wider than one column block (1024), so partials are carried across
+  // blocks (and, for 2085, the padded last block comes after them).
+  for (int64_t cols : {5, 33, 100, 257, 1000, 2085}) {
+    SCOPED_TRACE("cols=" + std::to_string(cols));
+    const auto x = RandomFloats(rng, static_cast<size_t>(max_n * cols));
+    const auto wb = RandomBf16(rng, static_cast<size_t>(rows * cols));
+    const auto bytes = RandomBytes(rng, static_cast<size_t>(rows * cols), 0, 255);
+    std::vector<int8_t> q(bytes.size());
+    for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<int8_t>(bytes[i] - 128);
+    const auto qs = RandomFloats(rng, static_cast<size_t>(rows), 1e-3f, 1e-2f);
+    std::vector<float> want_b(static_cast<size_t>(max_n * rows)), want_q(want_b.size());
+    for (int64_t v = 0; v < max_n; ++v) {
+      ref::MatVecBf16(wb.data(), rows, cols, x.data() + v * cols, want_b.data() + v * rows);
+      ref::MatVecI8(q.data(), qs.data(), rows, cols, x.data() + v * cols, want_q.data() + v * rows);
+    }
+    check(want_b, "MatMulBf16",
+          [&](int64_t n, float* y) { MatMulBf16(wb.data(), rows, cols, x.data(), n, y); });
+    check(want_q, "MatMulI8",
+          [&](int64_t n, float* y) { MatMulI8(q.data(), qs.data(), rows, cols, x.data(), n, y); });
+  }
+  for (int64_t cols : {32, 96, 512, 1024, 3584}) {
+    SCOPED_TRACE("cols=" + std::to_string(cols));
+    const auto x = RandomFloats(rng, static_cast<size_t>(max_n * cols));
+    const auto packed = RandomBytes(rng, static_cast<size_t>(rows * cols / 2));
+    const auto scales = RandomBytes(rng, static_cast<size_t>(rows * cols / 32), 110, 135);
+    std::vector<float> want(static_cast<size_t>(max_n * rows));
+    for (int64_t v = 0; v < max_n; ++v) {
+      ref::MatVecMxfp4(packed.data(), scales.data(), rows, cols, x.data() + v * cols,
+                       want.data() + v * rows);
+    }
+    check(want, "MatMulMxfp4", [&](int64_t n, float* y) {
+      MatMulMxfp4(packed.data(), scales.data(), rows, cols, x.data(), n, y);
+    });
+  }
+  SetDefaultThreadCount(saved);
 }
 
 // Large enough that the rows are split over the pool; results must not depend on thread count.
