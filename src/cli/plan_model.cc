@@ -121,6 +121,31 @@ Prediction PredictScenario(const MachineProfile& m, const ModelWorkload& w, cons
   return r;
 }
 
+PrefillPrediction PredictPrefill(const MachineProfile& m, const ModelWorkload& w,
+                                 const ScenarioPlan& p, int64_t prompt_tokens, double flops) {
+  PrefillPrediction r;
+  const int64_t wave = std::max<int64_t>(p.prefill_wave, 1);
+  r.waves = (prompt_tokens + wave - 1) / wave;
+  double bytes = 0;
+  const double e = D(w.num_experts), k = D(w.experts_per_token);
+  for (int64_t begin = 0; begin < prompt_tokens; begin += wave) {
+    const double t = D(std::min(wave, prompt_tokens - begin));
+    if (p.experts_streamed && e > 0) {
+      const double distinct = e * (1 - std::pow(1 - k / e, t));
+      bytes += distinct * D(w.num_moe_layers) * D(w.expert_bytes);
+    }
+    if (!p.spine_resident) bytes += D(p.spine_streamed_bytes);
+  }
+  r.bytes_read = static_cast<uint64_t>(bytes);
+  r.read_s = Div(bytes, m.expert_read_bps);
+  const double rate =
+      m.batched_flops > 0 ? m.batched_flops : 2 * m.fma_per_s * kPrefillFmaEfficiency;
+  r.compute_s = Div(flops, rate);
+  r.seconds = std::max(r.read_s, r.compute_s);
+  r.bound = r.read_s > r.compute_s ? "read" : "compute";
+  return r;
+}
+
 Prediction PredictSpeculative(const MachineProfile& m, const ModelWorkload& w,
                               const Prediction& base, const SpeculationAssumptions& s) {
   Prediction r = base;
