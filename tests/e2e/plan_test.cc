@@ -127,9 +127,10 @@ TEST_F(PlanTest, K3StatedProfile) {
       EXPECT_GT(s["bytes_read_per_token"].get<double>(), 50e9) << s.dump();
       EXPECT_EQ(s["bound"], "disk");
     }
-    // At least 2,048 positions a wave on a 64 GB machine, so 10,000 tokens take at most 5 waves
-    // (streaming K3's 1.6 TB of experts once a wave: over 200 s at 6.6 GB/s).
-    if (s["name"] == "auto" && s["feasible"].get<bool>()) {
+    // At least 2,048 positions a wave on a 64 GB machine with the BF16 spine, so 10,000 tokens
+    // take at most 5 waves (streaming K3's 1.5 TB of experts once a wave: over 200 s at
+    // 6.6 GB/s). (A resident int8 spine leaves room for fewer: docs/STREAMING.md.)
+    if (s["name"] == "auto" && s["spine"] == "bf16" && s["feasible"].get<bool>()) {
       EXPECT_GE(s["prefill_wave"].get<int64_t>(), 2048) << s.dump();
       EXPECT_LE(s["prefill_waves"].get<int64_t>(), 5) << s.dump();
       EXPECT_GT(s["predicted_prefill_s"].get<double>(), 200.0) << s.dump();

@@ -113,6 +113,7 @@ void ExpectWavesMatchSteps(const EngineOptions& options, bool whole_prompt = tru
 EngineOptions Golden() {
   EngineOptions o;
   o.model_dir = testing::GoldenModelDir();
+  o.context_capacity = 128;  // the prompt and the decode steps; small buffers keep this quick
   return o;
 }
 
@@ -180,7 +181,8 @@ TEST(PrefillWave, AWaveReadsEachNeededExpertOnce) {
   EXPECT_LE(s.expert_loads, static_cast<uint64_t>(config->num_moe_layers() * config->num_experts));
   EXPECT_GT(s.expert_loads, 0u);
   EXPECT_EQ(s.expert_bytes_read, s.expert_bytes_needed);
-  EXPECT_EQ(s.expert_cache_hits, 0u);
+  // Cold: the only hits are the next batch's experts, read ahead as guesses while a batch ran.
+  EXPECT_LE(s.expert_cache_hits, s.prefetch_hits);
   const Result chunks = Prefill(o, 7);
   EXPECT_GT(chunks.prefill_stats.expert_loads, s.expert_loads);
   EXPECT_GT(chunks.prefill_stats.expert_bytes_read, s.expert_bytes_read);
