@@ -391,8 +391,6 @@ int RunPlan(const PlanArgs& a) {
   // The model: its config, from the folder or made for K3.
   TempDir k3_dir;
   EngineOptions options;
-  // The context holds the prompt whose time to first token is predicted.
-  options.context_capacity = std::max<int64_t>(4096, a.prompt_tokens);
   options.io_threads = a.io_threads;
   options.threads = a.threads;
   if (a.k3) {
@@ -407,6 +405,24 @@ int RunPlan(const PlanArgs& a) {
     options.model_dir = k3_dir.path;
   } else {
     options.model_dir = a.model_dir;
+  }
+  // The context holds the prompt whose time to first token is predicted (at most the model's
+  // max_position_embeddings, which Engine::Plan refuses to exceed).
+  int64_t prompt_tokens = a.prompt_tokens;
+  {
+    std::ifstream in(options.model_dir + "/config.json");
+    const json config = json::parse(in, nullptr, false);
+    const json& text =
+        config.is_object() && config.contains("text_config") ? config["text_config"] : config;
+    const int64_t max_context =
+        text.is_object() ? text.value("max_position_embeddings", int64_t{0}) : int64_t{0};
+    if (max_context > 0 && prompt_tokens > max_context) {
+      std::fprintf(stderr, "plan: --prompt-tokens %lld is cut to the model's %lld positions\n",
+                   static_cast<long long>(prompt_tokens), static_cast<long long>(max_context));
+      prompt_tokens = max_context;
+    }
+    options.context_capacity = std::max<int64_t>(4096, prompt_tokens);
+    if (max_context > 0) options.context_capacity = std::min(options.context_capacity, max_context);
   }
   auto base_info = Engine::Plan([&] {
     EngineOptions o = options;
@@ -521,7 +537,7 @@ int RunPlan(const PlanArgs& a) {
     if (!shape.ok()) return Fail(shape.status());
     const ModelWorkload w = WorkloadFrom(*shape);
     const uint64_t spine_bytes = shape->spine_bytes;
-    const double prefill_flops = PrefillFlops(*shape, 0, a.prompt_tokens, 1);
+    const double prefill_flops = PrefillFlops(*shape, 0, prompt_tokens, 1);
     struct S {
       const char* name;
       uint64_t limit;
@@ -543,7 +559,7 @@ int RunPlan(const PlanArgs& a) {
       r.plan = PlanScenario(s.name, spine, o, s.limit, s.experts, machine_budget);
       if (r.plan.note.empty()) r.plan.note = s.note;
       r.p = PredictScenario(m, w, r.plan, assume);
-      if (r.plan.fits) r.prefill = PredictPrefill(m, w, r.plan, a.prompt_tokens, prefill_flops);
+      if (r.plan.fits) r.prefill = PredictPrefill(m, w, r.plan, prompt_tokens, prefill_flops);
       const uint64_t need = std::string(s.name) == "resident"
                                 ? spine_bytes + w.all_expert_bytes()
                                 : (s.limit > (1ull << 49) ? 0 : s.limit);
@@ -591,7 +607,7 @@ int RunPlan(const PlanArgs& a) {
       "batched MXFP4 (64 rows) %.1f GFLOP/s%s; a %lld-token prompt is %.3g TFLOP\n",
       (m.batched_flops > 0 ? m.batched_flops : 2 * m.fma_per_s * kPrefillFmaEfficiency) / 1e9,
       m.batched_flops > 0 ? "" : " (stated: 45 % of the fp32 multiply-add peak)",
-      static_cast<long long>(a.prompt_tokens), PrefillFlops(info, 0, a.prompt_tokens, 1) / 1e12);
+      static_cast<long long>(prompt_tokens), PrefillFlops(info, 0, prompt_tokens, 1) / 1e12);
   std::printf("\n%-34s %-5s %10s %9s %7s %9s %8s %8s %8s %10s %-7s %-10s %10s %-7s %s\n",
               "scenario", "spine", "budget", "cache", "hit", "GB/token", "disk s", "spine s",
               "compute", "s/token", "bound", "wave", "prefill s", "bound", "fits here");
@@ -625,7 +641,7 @@ int RunPlan(const PlanArgs& a) {
       "waves (wave = positions x waves): max(expert and streamed-spine bytes each wave must read "
       "/ read bandwidth, FLOPs / batched kernel rate); `bench prefill --scenario NAME` measures "
       "it.\n",
-      static_cast<long long>(a.prompt_tokens));
+      static_cast<long long>(prompt_tokens));
 
   // The recommendation.
   const Row* best = nullptr;
@@ -695,7 +711,7 @@ int RunPlan(const PlanArgs& a) {
     doc["model"] = a.k3 ? "kimi-k3" : a.model_dir;
     doc["profile"] = ProfileJson(m);
     doc["mem_limit"] = machine_budget;
-    doc["prompt_tokens"] = a.prompt_tokens;
+    doc["prompt_tokens"] = prompt_tokens;
     json queue = json::array();
     for (const auto& d : depths) queue.push_back({{"depth", d.depth}, {"gbps", d.bps / 1e9}});
     doc["direct_read_by_queue_depth"] = queue;
