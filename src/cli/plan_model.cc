@@ -140,7 +140,16 @@ PrefillPrediction PredictPrefill(const MachineProfile& m, const ModelWorkload& w
   r.read_s = Div(bytes, m.expert_read_bps);
   const double rate =
       m.batched_flops > 0 ? m.batched_flops : 2 * m.fma_per_s * kPrefillFmaEfficiency;
-  r.compute_s = Div(flops, rate);
+  // Plus the fixed cost of each kernel call: a wave makes one call per spine product and three
+  // per expert it runs (decode's call costs, docs/PLAN.md).
+  double calls_s = 0;
+  for (int64_t begin = 0; begin < prompt_tokens; begin += wave) {
+    const double t = D(std::min(wave, prompt_tokens - begin));
+    const double distinct = e > 0 ? e * (1 - std::pow(1 - k / e, t)) : 0;
+    calls_s +=
+        D(w.spine_products) * m.bf16_call_s + distinct * D(w.num_moe_layers) * 3 * m.mxfp4_call_s;
+  }
+  r.compute_s = Div(flops, rate) + calls_s;
   r.seconds = std::max(r.read_s, r.compute_s);
   r.bound = r.read_s > r.compute_s ? "read" : "compute";
   return r;

@@ -110,7 +110,8 @@ struct Prediction {
 // wave reads, per MoE layer, the distinct experts its positions chose (flat routing: of E experts
 // with top-k, T positions choose E·(1 − (1 − k/E)^T) on average) once, and a streamed spine's
 // streamed layers once; it computes the prompt's FLOPs (PrefillFlops) at the batched kernels'
-// measured rate. Reads run behind compute (the next expert's read overlaps the current one's
+// measured rate, plus the fixed cost of its kernel calls (one per spine product, three per
+// expert run). Reads run behind compute (the next expert's read overlaps the current one's
 // products), so a wave takes the longer of the two.
 struct PrefillPrediction {
   double seconds = 0;
