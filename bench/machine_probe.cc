@@ -156,9 +156,12 @@ class I8Kernel : public TimedKernel {
 
 class Mxfp4Kernel : public TimedKernel {
  public:
-  Mxfp4Kernel(int64_t rows, int64_t cols, size_t cold)
+  // `batch` > 1: the batched product over that many rows of activations (a prefill wave's
+  // expert work), timed for its multiply-add rate rather than its bytes.
+  Mxfp4Kernel(int64_t rows, int64_t cols, size_t cold, int64_t batch = 1)
       : rows_(rows),
         cols_(cols),
+        batch_(batch),
         packed_(static_cast<size_t>(rows * cols / 2)),
         bytes_(packed_ + static_cast<size_t>(rows * cols / 32)) {
     copies = CopiesFor(bytes_, cold);
@@ -168,17 +171,21 @@ class Mxfp4Kernel : public TimedKernel {
       Fill(base, packed_, static_cast<uint64_t>(c));
       std::memset(base + packed_, 124, bytes_ - packed_);  // scales 2^-3
     }
-    x_ = AlignedBuffer<float>(static_cast<size_t>(cols));
-    y_ = AlignedBuffer<float>(static_cast<size_t>(rows));
+    x_ = AlignedBuffer<float>(static_cast<size_t>(cols * batch));
+    y_ = AlignedBuffer<float>(static_cast<size_t>(rows * batch));
     FillX(x_);
   }
   void Call(int c) override {
     const uint8_t* base = w_.data() + static_cast<size_t>(c) * bytes_;
-    kernels::MatVecMxfp4(base, base + packed_, rows_, cols_, x_.data(), y_.data());
+    if (batch_ > 1) {
+      kernels::MatMulMxfp4(base, base + packed_, rows_, cols_, x_.data(), batch_, y_.data());
+    } else {
+      kernels::MatVecMxfp4(base, base + packed_, rows_, cols_, x_.data(), y_.data());
+    }
   }
 
  private:
-  int64_t rows_, cols_;
+  int64_t rows_, cols_, batch_;
   size_t packed_, bytes_;
   AlignedBuffer<uint8_t> w_;
   AlignedBuffer<float> x_, y_;
@@ -235,6 +242,8 @@ double FmaPeak(int threads, bool quick) {
 
 }  // namespace
 
+double MeasureFmaPeak(bool quick) { return FmaPeak(DefaultThreadCount(), quick); }
+
 ComputeProbe MeasureCompute(bool quick) {
   ComputeProbe p;
   p.threads = DefaultThreadCount();
@@ -244,10 +253,14 @@ ComputeProbe MeasureCompute(bool quick) {
   Bf16Kernel bf16_tiny(64, 1024, 0), bf16_large(2048, 7168, cold);
   I8Kernel i8_tiny(64, 1024, 0), i8_large(4096, 7168, cold);
   Mxfp4Kernel mx_tiny(64, 512, 0), mx_large(3072, 3584, cold);
-  // 9 rounds of 6 segments of 80 ms: about 4.3 s.
-  const std::vector<double> t =
-      MedianPerCall({&bf16_tiny, &bf16_large, &i8_tiny, &i8_large, &mx_tiny, &mx_large},
-                    quick ? 3 : 9, quick ? 0.005 : 0.08);
+  // A prefill wave's expert product: 64 rows through one K3-expert-sized matrix, weights hot.
+  const int64_t batch_rows = 64, batch_m = quick ? 768 : 3072, batch_k = quick ? 896 : 3584;
+  Mxfp4Kernel mx_batched(batch_m, batch_k, 0, batch_rows);
+  // 9 rounds of 7 segments of 80 ms: about 5 s.
+  const std::vector<double> t = MedianPerCall(
+      {&bf16_tiny, &bf16_large, &i8_tiny, &i8_large, &mx_tiny, &mx_large, &mx_batched},
+      quick ? 3 : 9, quick ? 0.005 : 0.08);
+  p.mxfp4_batched_flops = 2.0 * static_cast<double>(batch_m * batch_k * batch_rows) / t[6];
   const Line bf16 = Fit(t[0], 2048.0 * 7168 * 2, t[1]);
   p.bf16_bps = bf16.bps;
   p.bf16_call_s = bf16.call_s;

@@ -17,8 +17,15 @@ struct ComputeProbe {
   double bf16_call_s = 0;   // one small BF16 product (64 x 1024), weights hot: the call's cost
   double mxfp4_call_s = 0;  // one small MXFP4 product (64 x 512), weights hot
   double fma_per_s = 0;     // fp32 multiply-adds/s
+  // FLOP/s (2 per multiply-add) of a batched MXFP4 product of 64 rows at a K3 expert's shape,
+  // weights hot: what a prefill wave's routed experts and spine products run at.
+  double mxfp4_batched_flops = 0;
   int threads = 1;
 };
+
+// The fp32 multiply-add peak alone (multiply-adds/s, every compute thread), as MeasureCompute
+// measures it: `bench prefill`'s compute floor.
+double MeasureFmaPeak(bool quick);
 
 // `quick`: smaller buffers and shorter timings (tests); the numbers are rougher.
 ComputeProbe MeasureCompute(bool quick);

@@ -24,8 +24,10 @@ struct EngineOptions {
   std::string model_dir;
   // Longest sequence a session can hold (MLA cache positions). 0: min(config limit, 4096).
   int64_t context_capacity = 0;
-  // Positions processed together during prefill (larger reads each expert once for more tokens).
-  int64_t prefill_chunk = 32;
+  // Positions one prefill pass processes. 0 (the default): a planned wave, as many positions as
+  // the memory plan holds up to the whole context (each routed expert is then read once per wave,
+  // docs/STREAMING.md "Prefill waves"). N > 0: fixed chunks of N positions (tests, comparisons).
+  int64_t prefill_chunk = 0;
   // Audit every MXFP4 scale byte in [2, 252] at load. kAuto audits when all experts total
   // at most 4 GiB (reading the scales of a full K3 at load would take minutes).
   enum class ScaleAudit { kAuto, kOn, kOff };
@@ -90,6 +92,9 @@ struct ModelInfo {
   uint64_t memory_budget = 0;
   bool spine_resident = true;  // false: streamed layer by layer through a ring (it does not fit)
   uint64_t session_bytes = 0;  // one session's state and working buffers (the plan's)
+  // Positions one prefill pass processes: the planned wave, or the fixed --prefill-chunk.
+  int64_t prefill_wave = 0;
+  bool prefill_wave_fixed = false;          // --prefill-chunk N (fixed chunks), not a planned wave
   uint64_t spine_pinned_bytes = 0;          // streamed spine: the layers read once and kept
   uint64_t spine_streamed_bytes = 0;        // streamed spine: bytes read per token
   int spine_ring_depth = 0;                 // streamed spine: ring slots
@@ -105,7 +110,18 @@ struct ModelInfo {
   // MoE layer's latent up-projection, and lm_head): work no expert read can overlap, because the
   // lookahead for the next layer is issued only after it.
   uint64_t unoverlapped_spine_bytes_per_token = 0;
+  // The arithmetic of a prompt token, from the config (PrefillFlops): multiply-adds of every
+  // matrix a position runs (spine linears but the embedding and lm_head, and its top-k routed
+  // experts per MoE layer), of the KDA recurrence, and of MLA's attention per cached position.
+  uint64_t linear_macs_per_token = 0;
+  uint64_t kda_macs_per_token = 0;
+  uint64_t mla_macs_per_cached_position = 0;
+  uint64_t lm_head_macs = 0;  // one position's logits
 };
+
+// Floating-point operations (2 per multiply-add) of prefilling `tokens` positions after `start`
+// with `logits_rows` positions' logits: `bench prefill`'s compute floor and `plan`'s prediction.
+double PrefillFlops(const ModelInfo& info, int64_t start, int64_t tokens, int64_t logits_rows);
 
 // Receives intermediate values during a forward pass (debug dumps, route tests, traces).
 // Spans are only valid during the call.
@@ -196,9 +212,10 @@ struct DiskProbe {
 // a bad id is reported without the load's output in front of it.
 Status CheckTokenIds(std::span<const int32_t> ids, int64_t vocab_size);
 
-// Called by Session::Prefill after each chunk it feeds (EngineOptions::prefill_chunk positions, the
+// Called by Session::Prefill after each wave it feeds (ModelInfo::prefill_wave positions, the
 // last one maybe shorter) with the positions of this call fed so far and the call's total, for
-// progress displays. Runs on the calling thread between chunks; must not call into the session.
+// progress displays (waves done = ceil(done / prefill_wave)). Runs on the calling thread between
+// chunks; must not call into the session.
 using PrefillProgress = std::function<void(int64_t done, int64_t total)>;
 
 class Session {

@@ -131,8 +131,11 @@ void ModelFlags::Add(CLI::App* cmd) {
       ->required();
   cmd->add_option("--ctx", context, "Context capacity in tokens (0 = min(model limit, 4096))")
       ->check(IntRange(0, INT32_MAX));
-  cmd->add_option("--prefill-chunk", prefill_chunk, "Positions processed together in prefill")
-      ->check(IntRange(1, 4096));
+  cmd->add_option("--prefill-chunk", prefill_chunk,
+                  "Positions processed together in prefill: N forces fixed chunks of N; 0 or "
+                  "absent, the planned wave (as many as the memory plan holds, up to the whole "
+                  "context: each expert is then read once per wave)")
+      ->check(IntRange(0, 1 << 20));
   cmd->add_option("--audit-scales", audit,
                   "Check every MXFP4 scale byte at load: auto (models with <= 4 GiB of experts), "
                   "on, off")

@@ -32,7 +32,7 @@ std::string ParseFailureMessage(const CLI::App* app, const CLI::Error& error);
 struct ModelFlags {
   std::string model_dir;
   int64_t context = 0;
-  int64_t prefill_chunk = 32;
+  int64_t prefill_chunk = 0;  // 0: the planned wave
   std::string audit = "auto";
   int threads = 0;  // compute threads; 0 = every available CPU
   // Memory and expert streaming (docs/STREAMING.md).

@@ -1,5 +1,6 @@
 // `deltafin bench kernels`: memory bandwidth and kernel throughput on K3's shapes
-// (bench/kernels_bench.h), and `bench decode` (cmd_bench_decode.cc).
+// (bench/kernels_bench.h), `bench decode` (cmd_bench_decode.cc) and `bench prefill`
+// (cmd_bench_prefill.cc).
 #include <memory>
 
 #include "bench/kernels_bench.h"
@@ -32,6 +33,7 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   kernels->add_flag("--quick", opts->quick, "Shapes 8x smaller in each dimension (smoke test)");
   kernels->callback([opts, exit_code] { *exit_code = bench::RunKernelsBench(*opts); });
   RegisterBenchDecode(bench, exit_code);
+  RegisterBenchPrefill(bench, exit_code);
 }
 
 }  // namespace deltafin::cli

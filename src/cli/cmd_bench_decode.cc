@@ -2,33 +2,29 @@
 // docs/PERFORMANCE.md "Benchmark definitions", under a real memory limit.
 //
 // The parent process works out the scenario's RAM budget from the model's plan, creates a memory
-// cgroup with that limit, drops the page cache, and forks; the child joins the cgroup before it
-// loads anything, measures the disk with the decode access pattern (random whole-expert reads;
-// with a streamed spine, one step's ring chunks and experts in pass order: weights/read_probe.h;
-// same I/O threads and mode) on the model's own shards, then prefills a fixed prompt and decodes.
-// Per step it records wall time, the engine's byte and time counters and /proc/self/io
-// read_bytes. The report: median seconds per token over the steps after the first, bytes per
-// token, the measured disk bandwidth, the floor = max(disk bytes per token / bandwidth, compute
-// seconds per token), and the floor ratio = s/token / floor; the mean op-family breakdown per
-// token and every step's numbers (--json), and stacked bars of each step's breakdown with its
+// cgroup with that limit, drops the page cache, and forks (cli/bench_child.h); the child joins the
+// cgroup before it loads anything, measures the disk with the decode access pattern (random
+// whole-expert reads; with a streamed spine, one step's ring chunks and experts in pass order:
+// weights/read_probe.h; same I/O threads and mode) on the model's own shards, then prefills a fixed
+// prompt and decodes. Per step it records wall time, the engine's byte and time counters and
+// /proc/self/io read_bytes. The report: median seconds per token over the steps after the first,
+// bytes per token, the measured disk bandwidth, the floor = max(disk bytes per token / bandwidth,
+// compute seconds per token), and the floor ratio = s/token / floor; the mean op-family breakdown
+// per token and every step's numbers (--json), and stacked bars of each step's breakdown with its
 // floor (--svg). The parent adds the cgroup's peak memory use.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "base/byte_size.h"
 #include "base/log.h"
+#include "cli/bench_child.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "cli/memory_cgroup.h"
 #include "cli/token_stats.h"
 #include "deltafin/speculate.h"
 #include "report/svg.h"
@@ -49,9 +45,6 @@ struct DecodeBenchArgs {
   std::string speculate = "off";  // off | ngram | replay (docs/SPECULATION.md)
   int draft_max = 8;
 };
-
-// Process overhead outside the engine's plan (binary, libraries, thread stacks, allocator).
-constexpr uint64_t kProcessOverhead = 192ull << 20;
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -423,75 +416,14 @@ int RunDecodeBench(const DecodeBenchArgs& a) {
   if (!base.ok()) return Fail(base.status());
   EngineOptions options = *base;
   options.max_draft = a.speculate == "off" ? 0 : a.draft_max;
-  uint64_t limit = 0;  // the cgroup limit; 0 = none
-  if (a.scenario == "resident") {
-    options.experts = EngineOptions::Experts::kMapped;
-  } else {
-    auto plan = Engine::Plan(options);
-    if (!plan.ok()) return Fail(plan.status());
-    options.experts = EngineOptions::Experts::kStreamed;
-    limit = a.scenario == "stream-spine-resident" ? plan->spine_bytes + (1ull << 30)
-                                                  : plan->spine_bytes / 2;
-    limit += kProcessOverhead;
-    options.mem_limit = limit - kProcessOverhead;
+  auto limit = ApplyBenchScenario(a.scenario, &options);
+  if (!limit.ok()) return Fail(limit.status());
+  nlohmann::json j;
+  if (int rc = RunMeasuredChild(
+          *limit, a.no_memory_limit, [&] { return MeasureDecode(a, options); }, &j);
+      rc != 0) {
+    return rc;
   }
-  MemoryCgroup cgroup;
-  if (limit > 0 && !a.no_memory_limit) {
-    auto cg = MemoryCgroup::Create(limit);
-    if (!cg.ok()) return Fail(cg.status());
-    cgroup = std::move(*cg);
-    if (!DropPageCache()) LogInfo("warning: cannot drop the page cache (not root)");
-    LogInfo("running under a memory cgroup limit of " + HumanBytes(limit) + " (" + cgroup.path() +
-            ")");
-  } else if (limit > 0) {
-    LogInfo("warning: --no-memory-limit: the page cache may serve reads the budget excludes");
-  }
-  char json_tmp[] = "/tmp/deltafin-bench-XXXXXX";
-  const int fd = ::mkstemp(json_tmp);
-  if (fd < 0) return Fail(Status::Error("cannot create a temporary file"));
-  ::close(fd);
-  int sync_pipe[2];
-  if (::pipe(sync_pipe) != 0) return Fail(Status::Error("pipe failed"));
-  std::fflush(nullptr);
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::close(sync_pipe[1]);
-    char go = 0;
-    if (::read(sync_pipe[0], &go, 1) != 1 || go != 1) ::_exit(3);
-    auto result = MeasureDecode(a, options);
-    if (!result.ok()) ::_exit(Fail(result.status()));
-    std::ofstream(json_tmp) << result->dump();
-    std::fflush(nullptr);
-    ::_exit(0);
-  }
-  ::close(sync_pipe[0]);
-  char go = 1;
-  if (!cgroup.path().empty()) {
-    Status st = cgroup.AddProcess(child);
-    if (!st.ok()) go = 0;
-  }
-  if (::write(sync_pipe[1], &go, 1) != 1) go = 0;
-  ::close(sync_pipe[1]);
-  int wstatus = 0;
-  ::waitpid(child, &wstatus, 0);
-  if (go != 1) return Fail(Status::Error("could not move the benchmark into its cgroup"));
-  if (WIFSIGNALED(wstatus)) {
-    std::remove(json_tmp);
-    return Fail(Status::Error(
-        "the benchmark process was killed by signal " + std::to_string(WTERMSIG(wstatus)) +
-        (limit > 0 ? " (out of memory under the " + HumanBytes(limit) + " limit?)"
-                   : std::string())));
-  }
-  if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
-    std::remove(json_tmp);
-    return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 1;
-  }
-  std::ifstream in(json_tmp);
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  std::remove(json_tmp);
-  if (j.is_discarded()) return Fail(Status::Error("the benchmark wrote no result"));
-  j["memory_limit"] = cgroup.path().empty() ? 0 : limit;
-  j["peak_memory_bytes"] = cgroup.path().empty() ? 0 : cgroup.PeakBytes();
   PrintReport(j);
   if (!a.json_path.empty()) {
     const std::string text = j.dump(1) + "\n";

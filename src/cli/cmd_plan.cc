@@ -34,6 +34,7 @@
 #include "base/byte_size.h"
 #include "base/thread_pool.h"
 #include "bench/machine_probe.h"
+#include "cli/bench_child.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/memory_cgroup.h"
@@ -64,10 +65,11 @@ struct PlanArgs {
   int draft_tokens = 3;
   // Further drives holding a copy of every expert (`deltafin spread`), by their expert read rate.
   std::vector<double> drive_gbps;
+  int64_t prompt_tokens = 10000;  // time to first token for a prompt this long
 };
 
-// Same process overhead `bench decode` adds to its cgroup limits (cmd_bench_decode.cc).
-constexpr uint64_t kProcessOverhead = 192ull << 20;
+// Same process overhead `bench decode` and `bench prefill` add to their cgroup limits.
+constexpr uint64_t kProcessOverhead = kBenchProcessOverhead;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -223,6 +225,7 @@ json ProfileJson(const MachineProfile& m) {
           {"bf16_call_us", m.bf16_call_s * 1e6},
           {"mxfp4_call_us", m.mxfp4_call_s * 1e6},
           {"fma_gflops", m.fma_per_s / 1e9},
+          {"batched_mxfp4_gflops", m.batched_flops / 1e9},
           {"io_cpu_ns_per_kb", m.io_cpu_s_per_byte * 1e9 * 1024},
           {"compute_slowdown_reading", m.compute_slowdown_reading},
           {"threads", m.threads},
@@ -250,6 +253,9 @@ Result<MachineProfile> ProfileFromJson(const json& j, const std::string& label) 
   DF_RETURN_IF_ERROR(get("mxfp4_call_us", &m.mxfp4_call_s, 1e-6));
   DF_RETURN_IF_ERROR(get("fma_gflops", &m.fma_per_s, 1e9));
   DF_RETURN_IF_ERROR(get("io_cpu_ns_per_kb", &m.io_cpu_s_per_byte, 1e-9 / 1024));
+  if (j.contains("batched_mxfp4_gflops")) {  // optional: without it, the stated efficiency
+    DF_RETURN_IF_ERROR(get("batched_mxfp4_gflops", &m.batched_flops, 1e9));
+  }
   if (j.contains("compute_slowdown_reading")) {  // optional: older profiles lack it
     DF_RETURN_IF_ERROR(get("compute_slowdown_reading", &m.compute_slowdown_reading, 1));
   }
@@ -292,6 +298,7 @@ json M1MaxProfile() {
 
 struct Row {
   Prediction p;
+  PrefillPrediction prefill;
   ScenarioPlan plan;
   bool fits_machine = true;  // the scenario's budget fits this machine's RAM
 };
@@ -332,6 +339,7 @@ ScenarioPlan PlanScenario(const std::string& name, const std::string& spine, Eng
   s.budget = plan->memory_budget;
   s.spine_resident = plan->spine_resident;
   s.spine_streamed_bytes = plan->spine_streamed_bytes;
+  s.prefill_wave = plan->prefill_wave;
   return s;
 }
 
@@ -400,6 +408,24 @@ int RunPlan(const PlanArgs& a) {
   } else {
     options.model_dir = a.model_dir;
   }
+  // The context holds the prompt whose time to first token is predicted (at most the model's
+  // max_position_embeddings, which Engine::Plan refuses to exceed).
+  int64_t prompt_tokens = a.prompt_tokens;
+  {
+    std::ifstream in(options.model_dir + "/config.json");
+    const json config = json::parse(in, nullptr, false);
+    const json& text =
+        config.is_object() && config.contains("text_config") ? config["text_config"] : config;
+    const int64_t max_context =
+        text.is_object() ? text.value("max_position_embeddings", int64_t{0}) : int64_t{0};
+    if (max_context > 0 && prompt_tokens > max_context) {
+      std::fprintf(stderr, "plan: --prompt-tokens %lld is cut to the model's %lld positions\n",
+                   static_cast<long long>(prompt_tokens), static_cast<long long>(max_context));
+      prompt_tokens = max_context;
+    }
+    options.context_capacity = std::max<int64_t>(4096, prompt_tokens);
+    if (max_context > 0) options.context_capacity = std::min(options.context_capacity, max_context);
+  }
   auto base_info = Engine::Plan([&] {
     EngineOptions o = options;
     o.mem_limit = 1ull << 50;  // a plan that always fits: only the shape is wanted here
@@ -428,6 +454,7 @@ int RunPlan(const PlanArgs& a) {
     m.bf16_call_s = c.bf16_call_s;
     m.mxfp4_call_s = c.mxfp4_call_s;
     m.fma_per_s = c.fma_per_s;
+    m.batched_flops = c.mxfp4_batched_flops;
     m.threads = c.threads;
     std::vector<std::string> expert_files;
     TempDir probe_holder;
@@ -526,6 +553,7 @@ int RunPlan(const PlanArgs& a) {
     if (!shape.ok()) return Fail(shape.status());
     const ModelWorkload w = WorkloadFrom(*shape);
     const uint64_t spine_bytes = shape->spine_bytes;
+    const double prefill_flops = PrefillFlops(*shape, 0, prompt_tokens, 1);
     struct S {
       const char* name;
       uint64_t limit;
@@ -547,6 +575,7 @@ int RunPlan(const PlanArgs& a) {
       r.plan = PlanScenario(s.name, spine, o, s.limit, s.experts, machine_budget);
       if (r.plan.note.empty()) r.plan.note = s.note;
       r.p = PredictScenario(m, w, r.plan, assume);
+      if (r.plan.fits) r.prefill = PredictPrefill(m, w, r.plan, prompt_tokens, prefill_flops);
       const uint64_t need = std::string(s.name) == "resident"
                                 ? spine_bytes + w.all_expert_bytes()
                                 : (s.limit > (1ull << 49) ? 0 : s.limit);
@@ -590,22 +619,31 @@ int RunPlan(const PlanArgs& a) {
     for (const auto& d : depths) std::printf("  %d: %.2f GB/s", d.depth, d.bps / 1e9);
     std::printf("\n");
   }
-  std::printf("\n%-34s %-5s %10s %9s %7s %9s %8s %8s %8s %10s %-7s %s\n", "scenario", "spine",
-              "budget", "cache", "hit", "GB/token", "disk s", "spine s", "compute", "s/token",
-              "bound", "fits here");
+  std::printf(
+      "batched MXFP4 (64 rows) %.1f GFLOP/s%s; a %lld-token prompt is %.3g TFLOP\n",
+      (m.batched_flops > 0 ? m.batched_flops : 2 * m.fma_per_s * kPrefillFmaEfficiency) / 1e9,
+      m.batched_flops > 0 ? "" : " (stated: 45 % of the fp32 multiply-add peak)",
+      static_cast<long long>(prompt_tokens), PrefillFlops(info, 0, prompt_tokens, 1) / 1e12);
+  std::printf("\n%-34s %-5s %10s %9s %7s %9s %8s %8s %8s %10s %-7s %-10s %10s %-7s %s\n",
+              "scenario", "spine", "budget", "cache", "hit", "GB/token", "disk s", "spine s",
+              "compute", "s/token", "bound", "wave", "prefill s", "bound", "fits here");
   for (const Row& r : rows) {
     if (!r.p.feasible) {
       std::printf("%-34s %-5s %s\n", r.plan.name.c_str(), r.plan.spine.c_str(),
                   ("not possible: " + r.p.note).c_str());
       continue;
     }
-    std::printf("%-34s %-5s %10s %9s %6.1f%% %9s %8.3f %8.3f %8.3f %10.3f %-7s %s\n",
-                r.plan.name.c_str(), r.plan.spine.c_str(),
-                r.plan.name == "resident" ? "none" : HumanBytes(r.plan.budget).c_str(),
-                r.plan.experts_streamed ? HumanBytes(r.plan.expert_cache_bytes).c_str() : "mapped",
-                100 * r.p.expert_hit_rate, Gb(static_cast<double>(r.p.bytes_read)).c_str(),
-                r.p.expert_disk_s, r.p.spine_disk_s, r.p.compute_s, r.p.s_per_token,
-                r.p.bound.c_str(), r.fits_machine ? "yes" : "no: needs more RAM");
+    const std::string wave =
+        std::to_string(r.plan.prefill_wave) + " x" + std::to_string(r.prefill.waves);
+    std::printf(
+        "%-34s %-5s %10s %9s %6.1f%% %9s %8.3f %8.3f %8.3f %10.3f %-7s %-10s %10.1f %-7s %s\n",
+        r.plan.name.c_str(), r.plan.spine.c_str(),
+        r.plan.name == "resident" ? "none" : HumanBytes(r.plan.budget).c_str(),
+        r.plan.experts_streamed ? HumanBytes(r.plan.expert_cache_bytes).c_str() : "mapped",
+        100 * r.p.expert_hit_rate, Gb(static_cast<double>(r.p.bytes_read)).c_str(),
+        r.p.expert_disk_s, r.p.spine_disk_s, r.p.compute_s, r.p.s_per_token, r.p.bound.c_str(),
+        wave.c_str(), r.prefill.seconds, r.prefill.bound.c_str(),
+        r.fits_machine ? "yes" : "no: needs more RAM");
   }
   std::printf(
       "\nresident / stream-* are `bench decode --scenario NAME [--spine int8]` (their budgets, "
@@ -614,6 +652,12 @@ int RunPlan(const PlanArgs& a) {
       "%.2f; a model of the pass cost at a stated acceptance (the engine's own speculation: "
       "`bench decode --speculate replay`).\n",
       spec.draft_tokens, spec.acceptance);
+  std::printf(
+      "prefill s: time to first token for a %lld-token prompt (--prompt-tokens) in the plan's "
+      "waves (wave = positions x waves): max(expert and streamed-spine bytes each wave must read "
+      "/ read bandwidth, FLOPs / batched kernel rate); `bench prefill --scenario NAME` measures "
+      "it.\n",
+      static_cast<long long>(prompt_tokens));
 
   // The recommendation.
   const Row* best = nullptr;
@@ -683,6 +727,7 @@ int RunPlan(const PlanArgs& a) {
     doc["model"] = a.k3 ? "kimi-k3" : a.model_dir;
     doc["profile"] = ProfileJson(m);
     doc["mem_limit"] = machine_budget;
+    doc["prompt_tokens"] = prompt_tokens;
     json queue = json::array();
     for (const auto& d : depths) queue.push_back({{"depth", d.depth}, {"gbps", d.bps / 1e9}});
     doc["direct_read_by_queue_depth"] = queue;
@@ -709,8 +754,16 @@ int RunPlan(const PlanArgs& a) {
         s["expert_cache_bytes"] = r.plan.expert_cache_bytes;
         s["spine_resident"] = r.plan.spine_resident;
         s["experts_streamed"] = r.plan.experts_streamed;
+        s["prefill_wave"] = r.plan.prefill_wave;
+        s["prefill_waves"] = r.prefill.waves;
+        s["predicted_prefill_s"] = r.prefill.seconds;
+        s["prefill_bound"] = r.prefill.bound;
+        s["prefill_read_s"] = r.prefill.read_s;
+        s["prefill_compute_s"] = r.prefill.compute_s;
+        s["prefill_bytes_read"] = r.prefill.bytes_read;
       } else {
         s["predicted_s_per_token"] = nullptr;
+        s["predicted_prefill_s"] = nullptr;
       }
       list.push_back(std::move(s));
     }
@@ -757,6 +810,10 @@ void RegisterPlan(CLI::App& app, int* exit_code) {
                   "Another drive holding a copy of every expert (deltafin spread), by its expert "
                   "read rate in GB/s; repeat for several. Predicts with the combined rate")
       ->check(NumberRange(0.001, 1000.0));
+  cmd->add_option("--prompt-tokens", args->prompt_tokens,
+                  "Predict the time to first token of a prompt this long (prefill s)")
+      ->check(IntRange(1, 1 << 20))
+      ->capture_default_str();
   cmd->callback([args, exit_code] { *exit_code = RunPlan(*args); });
 }
 

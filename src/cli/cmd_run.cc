@@ -316,7 +316,8 @@ int RunGenerate(const RunArgs& args) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   if (stats.enabled()) stats.Begin();
-  if (show_progress) progress.Start(static_cast<int64_t>(ids->size()));
+  if (show_progress)
+    progress.Start(static_cast<int64_t>(ids->size()), (*engine)->info().prefill_wave);
   Status st = session->Prefill(*ids, {}, [&](int64_t done, int64_t total) {
     if (show_progress) progress.Update(done, total);
   });

@@ -67,7 +67,8 @@ int RunServe(ServeArgs& args) {
     }
   }
   opt.max_body_bytes = static_cast<size_t>(args.max_body_mib * 1024 * 1024);
-  opt.prefill_piece = args.model.prefill_chunk;
+  // A prompt is fed one wave per Prefill call: cancellation and keep-alives between waves.
+  opt.prefill_piece = (*engine)->info().prefill_wave;
   if (opt.prefix_cache) {
     auto disk = ParseByteSize(args.cache_bytes);
     if (!disk.ok()) return Fail(disk.status().WithContext("--cache-bytes"));

@@ -17,6 +17,7 @@ void RegisterTraceStats(CLI::App& app, int* exit_code);
 void RegisterServe(CLI::App& app, int* exit_code);
 // `bench decode`, added under the `bench` subcommand.
 void RegisterBenchDecode(CLI::App* bench, int* exit_code);
+void RegisterBenchPrefill(CLI::App* bench, int* exit_code);
 void RegisterSetup(CLI::App& app, int* exit_code);
 void RegisterFetchExpertsAll(CLI::App& app, int* exit_code);
 void RegisterConvertSpineInt8(CLI::App& app, int* exit_code);

@@ -1,6 +1,7 @@
 // TextPrinter and PrefillProgressLine (see live_output.h).
 #include "cli/live_output.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace deltafin::cli {
@@ -87,18 +88,22 @@ void PrefillProgressLine::Print(const std::string& line) {
   drawn_ = true;
 }
 
-void PrefillProgressLine::Start(int64_t total) {
+void PrefillProgressLine::Start(int64_t total, int64_t wave) {
   start_ = std::chrono::steady_clock::now();
-  Print("prefill 0/" + std::to_string(total) + " positions");
+  wave_ = std::max<int64_t>(wave, 1);
+  Print("prefill 0/" + std::to_string(total) + " positions, wave 0/" +
+        std::to_string((total + wave_ - 1) / wave_));
 }
 
 void PrefillProgressLine::Update(int64_t done, int64_t total) {
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0;
-  char line[160];
-  std::snprintf(line, sizeof line, "prefill %lld/%lld positions, %.2f tok/s",
-                static_cast<long long>(done), static_cast<long long>(total), rate);
+  char line[200];
+  std::snprintf(line, sizeof line, "prefill %lld/%lld positions, wave %lld/%lld, %.2f tok/s",
+                static_cast<long long>(done), static_cast<long long>(total),
+                static_cast<long long>((done + wave_ - 1) / wave_),
+                static_cast<long long>((total + wave_ - 1) / wave_), rate);
   std::string text = line;
   if (done < total && rate > 0) {
     text += ", ETA " + FormatDuration(static_cast<double>(total - done) / rate);

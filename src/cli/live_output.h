@@ -43,12 +43,14 @@ class TextPrinter {
   bool wrote_ = false;
 };
 
-// "prefill 64/512 positions, 3.2 tok/s, ETA 2m20s". On a terminal the line is redrawn in place
-// and erased when prefill ends; elsewhere (--progress into a file) each update is its own line.
+// "prefill 64/512 positions, wave 2/8, 3.2 tok/s, ETA 2m20s" (a wave: the positions one prefill
+// pass processes, ModelInfo::prefill_wave). On a terminal the line is redrawn in place and erased
+// when prefill ends; elsewhere (--progress into a file) each update is its own line.
 class PrefillProgressLine {
  public:
   PrefillProgressLine(std::FILE* err, bool redraw) : err_(err), redraw_(redraw) {}
-  void Start(int64_t total);
+  // `wave`: positions per wave (the last one maybe shorter).
+  void Start(int64_t total, int64_t wave);
   void Update(int64_t done, int64_t total);
   void Finish();
 
@@ -58,6 +60,7 @@ class PrefillProgressLine {
   std::FILE* err_;
   bool redraw_;
   bool drawn_ = false;
+  int64_t wave_ = 1;
   std::chrono::steady_clock::time_point start_;
 };
 

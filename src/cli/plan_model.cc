@@ -121,6 +121,40 @@ Prediction PredictScenario(const MachineProfile& m, const ModelWorkload& w, cons
   return r;
 }
 
+PrefillPrediction PredictPrefill(const MachineProfile& m, const ModelWorkload& w,
+                                 const ScenarioPlan& p, int64_t prompt_tokens, double flops) {
+  PrefillPrediction r;
+  const int64_t wave = std::max<int64_t>(p.prefill_wave, 1);
+  r.waves = (prompt_tokens + wave - 1) / wave;
+  double bytes = 0;
+  const double e = D(w.num_experts), k = D(w.experts_per_token);
+  for (int64_t begin = 0; begin < prompt_tokens; begin += wave) {
+    const double t = D(std::min(wave, prompt_tokens - begin));
+    if (p.experts_streamed && e > 0) {
+      const double distinct = e * (1 - std::pow(1 - k / e, t));
+      bytes += distinct * D(w.num_moe_layers) * D(w.expert_bytes);
+    }
+    if (!p.spine_resident) bytes += D(p.spine_streamed_bytes);
+  }
+  r.bytes_read = static_cast<uint64_t>(bytes);
+  r.read_s = Div(bytes, m.expert_read_bps);
+  const double rate =
+      m.batched_flops > 0 ? m.batched_flops : 2 * m.fma_per_s * kPrefillFmaEfficiency;
+  // Plus the fixed cost of each kernel call: a wave makes one call per spine product and three
+  // per expert it runs (decode's call costs, docs/PLAN.md).
+  double calls_s = 0;
+  for (int64_t begin = 0; begin < prompt_tokens; begin += wave) {
+    const double t = D(std::min(wave, prompt_tokens - begin));
+    const double distinct = e > 0 ? e * (1 - std::pow(1 - k / e, t)) : 0;
+    calls_s +=
+        D(w.spine_products) * m.bf16_call_s + distinct * D(w.num_moe_layers) * 3 * m.mxfp4_call_s;
+  }
+  r.compute_s = Div(flops, rate) + calls_s;
+  r.seconds = std::max(r.read_s, r.compute_s);
+  r.bound = r.read_s > r.compute_s ? "read" : "compute";
+  return r;
+}
+
 Prediction PredictSpeculative(const MachineProfile& m, const ModelWorkload& w,
                               const Prediction& base, const SpeculationAssumptions& s) {
   Prediction r = base;

@@ -24,13 +24,16 @@ struct MachineProfile {
   // Direct reads of expert-size spans at the engine's queue depth: the routed experts' rate, and
   // a streamed spine's (weights/spine_ring.h reads it the same way, in 1 MiB chunks).
   double expert_read_bps = 0;
-  double memory_bps = 0;         // plain read stream, all threads
-  double bf16_bps = 0;           // BF16 matrix-vector weight bytes/s, weights cold, all threads
-  double int8_bps = 0;           // row-int8 matrix-vector
-  double mxfp4_bps = 0;          // MXFP4 matrix-vector
-  double bf16_call_s = 0;        // fixed cost of one small BF16/int8 kernel call (thread pool)
-  double mxfp4_call_s = 0;       // fixed cost of one small MXFP4 kernel call
-  double fma_per_s = 0;          // fp32 multiply-adds/s, all threads (rows of a batched verify)
+  double memory_bps = 0;    // plain read stream, all threads
+  double bf16_bps = 0;      // BF16 matrix-vector weight bytes/s, weights cold, all threads
+  double int8_bps = 0;      // row-int8 matrix-vector
+  double mxfp4_bps = 0;     // MXFP4 matrix-vector
+  double bf16_call_s = 0;   // fixed cost of one small BF16/int8 kernel call (thread pool)
+  double mxfp4_call_s = 0;  // fixed cost of one small MXFP4 kernel call
+  double fma_per_s = 0;     // fp32 multiply-adds/s, all threads (rows of a batched verify)
+  // FLOP/s of a batched MXFP4 product (64 rows, a K3 expert's shape): a prefill wave's rate.
+  // 0 (a profile that does not state it): fma_per_s * 2 * kPrefillFmaEfficiency.
+  double batched_flops = 0;
   double io_cpu_s_per_byte = 0;  // CPU seconds the readers spend per byte read (system time)
   // Compute time while the expert readers run at full depth over compute time alone (measured by
   // `plan`; 0 = not known, then io_cpu_s_per_byte stands in for the readers' cost).
@@ -67,6 +70,7 @@ struct ScenarioPlan {
   bool experts_streamed = false;
   bool spine_resident = true;
   uint64_t spine_streamed_bytes = 0;  // a streamed spine: read per token (the rest is pinned)
+  int64_t prefill_wave = 0;           // positions one prefill pass processes (the plan's wave)
   uint64_t expert_cache_bytes = 0;
   uint64_t budget = 0;  // the engine's memory budget for this scenario
   std::string note;     // why it does not fit, or what the scenario is
@@ -101,6 +105,29 @@ struct Prediction {
   double expert_hit_rate = 0;  // of the LRU cache, flat routing
   std::string bound;           // "disk" or "compute"
 };
+
+// Time to first token: prefilling a prompt in the plan's waves (docs/PLAN.md "Prefill"). Each
+// wave reads, per MoE layer, the distinct experts its positions chose (flat routing: of E experts
+// with top-k, T positions choose E·(1 − (1 − k/E)^T) on average) once, and a streamed spine's
+// streamed layers once; it computes the prompt's FLOPs (PrefillFlops) at the batched kernels'
+// measured rate, plus the fixed cost of its kernel calls (one per spine product, three per
+// expert run). Reads run behind compute (the next expert's read overlaps the current one's
+// products), so a wave takes the longer of the two.
+struct PrefillPrediction {
+  double seconds = 0;
+  double read_s = 0;     // bytes that must be read / expert read bandwidth
+  double compute_s = 0;  // FLOPs / batched kernel rate
+  uint64_t bytes_read = 0;
+  int64_t waves = 0;
+  std::string bound;  // "read" or "compute"
+};
+
+// Where a profile states no batched rate: batched MXFP4 reached 45-50 % of the fp32 multiply-add
+// peak at 16 rows on the 2-vCPU machine of docs/PERFORMANCE.md (issue 32's measurement).
+inline constexpr double kPrefillFmaEfficiency = 0.45;
+
+PrefillPrediction PredictPrefill(const MachineProfile& m, const ModelWorkload& w,
+                                 const ScenarioPlan& p, int64_t prompt_tokens, double flops);
 
 // Seconds of kernel work one decode step does with everything in RAM.
 double ResidentComputeSeconds(const MachineProfile& m, const ModelWorkload& w, bool int8);

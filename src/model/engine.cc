@@ -82,13 +82,24 @@ uint64_t SpecBytes(const std::vector<TensorSpec>& specs, bool spine_int8) {
   return total;
 }
 
-// One session's recurrent state, latent cache and working buffers (forward.cc, kda.cc, mla.cc,
-// moe.cc reserve these), computed from the config with a margin for small buffers.
+// Floats one position of a prefill wave (or verify row) adds to a session's working buffers
+// (forward.cc, kda.cc, mla.cc, moe.cc reserve these per position), from the config.
+int64_t SessionFloatsPerPosition(const ModelConfig& c) {
+  const int64_t p = c.kda_width(), h = c.hidden_size, k = c.num_experts_per_token;
+  const int64_t anchors = (c.num_hidden_layers - 1) / c.attn_res_block_size + 1;
+  const int64_t width = std::max(c.intermediate_size, c.shared_width());
+  return h * (anchors + 6) + 7 * p + c.kda_head_dim + c.kda_heads + c.q_lora_rank +
+         c.mla_heads * (c.mla_q_head_dim() + 2 * c.v_head_dim) + c.kv_lora_rank +
+         c.qk_rope_head_dim + 2 * width + c.num_experts + 5 * k +
+         c.routed_expert_hidden_size * (4 + k) + 2 * c.moe_intermediate_size;
+}
+
+// One session's recurrent state, latent cache and working buffers for passes of `chunk`
+// positions, computed from the config with a margin for small buffers.
 uint64_t SessionBytes(const ModelConfig& c, int64_t chunk, int64_t capacity, int64_t verify_rows,
                       KdaRollbackMode rollback) {
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
-  const int64_t p = c.kda_width(), h = c.hidden_size, k = c.num_experts_per_token;
-  const int64_t anchors = (c.num_hidden_layers - 1) / c.attn_res_block_size + 1;
+  const int64_t p = c.kda_width();
   uint64_t floats = 0;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     if (c.layer_kinds[static_cast<size_t>(i)] == AttentionKind::kKda) {
@@ -97,14 +108,8 @@ uint64_t SessionBytes(const ModelConfig& c, int64_t chunk, int64_t capacity, int
       floats += u(capacity * (c.kv_lora_rank + c.qk_rope_head_dim));
     }
   }
-  const int64_t width = std::max(c.intermediate_size, c.shared_width());
-  const int64_t per_position =
-      h * (anchors + 6) + 7 * p + c.kda_head_dim + c.kda_heads + c.q_lora_rank +
-      c.mla_heads * (c.mla_q_head_dim() + 2 * c.v_head_dim) + c.kv_lora_rank + c.qk_rope_head_dim +
-      2 * width + c.num_experts + 4 * k + c.routed_expert_hidden_size * (4 + k) +
-      2 * c.moe_intermediate_size;
-  floats += u(std::max(chunk, verify_rows) * per_position + 2 * c.vocab_size + capacity +
-              3 * c.num_experts);
+  floats += u(std::max(chunk, verify_rows) * SessionFloatsPerPosition(c) + 2 * c.vocab_size +
+              capacity + 4 * c.num_experts);
   // Speculative verification: per-row rollback data, and replay's copy of the state.
   uint64_t rollback_bytes = 0;
   if (verify_rows > 0) {
@@ -118,12 +123,16 @@ uint64_t SessionBytes(const ModelConfig& c, int64_t chunk, int64_t capacity, int
   return floats * 4 + rollback_bytes + (32ull << 20);
 }
 
+// The smallest planned wave: today's fixed chunk, which every budget that ran before still holds.
+constexpr int64_t kSmallestWave = 32;
+
 int64_t VerifyRows(const EngineOptions& o) { return o.max_draft > 0 ? o.max_draft + 1 : 0; }
 KdaRollbackMode RollbackMode(const EngineOptions& o) {
   return o.rollback == EngineOptions::Rollback::kSnapshot ? KdaRollbackMode::kSnapshot
                                                           : KdaRollbackMode::kReplay;
 }
 
+// `chunk`: a fixed --prefill-chunk, or 0 for a planned wave.
 Result<MemoryPlan> PlanFor(const EngineOptions& o, const ModelConfig& c, int64_t chunk,
                            int64_t capacity) {
   MemoryNeeds needs;
@@ -142,7 +151,11 @@ Result<MemoryPlan> PlanFor(const EngineOptions& o, const ModelConfig& c, int64_t
   needs.spine_ring_depth = o.spine_readahead + 1;
   needs.all_expert_bytes = c.ExpertBytes() * static_cast<uint64_t>(c.num_experts) *
                            static_cast<uint64_t>(c.num_moe_layers());
-  needs.session_bytes = SessionBytes(c, chunk, capacity, VerifyRows(o), RollbackMode(o));
+  needs.wave_fixed = chunk > 0;
+  needs.wave_min = chunk > 0 ? chunk : std::min(kSmallestWave, capacity);
+  needs.wave_max = chunk > 0 ? chunk : capacity;
+  needs.session_bytes = SessionBytes(c, needs.wave_min, capacity, VerifyRows(o), RollbackMode(o));
+  needs.session_bytes_per_position = static_cast<uint64_t>(SessionFloatsPerPosition(c)) * 4;
   needs.min_expert_cache = ExpertStreamer::MinCacheBytes(c, o.io_threads);
   MemoryBudget budget;
   if (o.mem_limit > 0) {
@@ -172,7 +185,9 @@ struct LoadPlan {
 };
 
 Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c) {
-  if (options.prefill_chunk < 1) return Status::Error("prefill chunk must be >= 1");
+  if (options.prefill_chunk < 0) {
+    return Status::Error("prefill chunk must be >= 1 (or 0: the planned wave)");
+  }
   if (options.threads < 0) return Status::Error("threads must be >= 0");
   if (options.spine_readahead < 0 || options.spine_readahead > 15) {
     return Status::Error("spine readahead must be in [0, 15] layers");
@@ -187,7 +202,7 @@ Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c
                          " exceeds the model's max_position_embeddings " +
                          std::to_string(c.max_position_embeddings));
   }
-  const int64_t chunk = std::min(options.prefill_chunk, capacity);
+  const int64_t chunk = std::min(options.prefill_chunk, capacity);  // 0: a planned wave
   LoadPlan p;
   DF_ASSIGN_OR_RETURN(p.memory, PlanFor(options, c, chunk, capacity));
   ModelInfo& info = p.info;
@@ -211,7 +226,9 @@ Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c
   info.spine_bytes = p.memory.needs.spine_bytes;
   info.memory_budget = p.memory.budget.bytes;
   info.spine_resident = p.memory.spine_resident;
-  info.session_bytes = p.memory.needs.session_bytes;
+  info.session_bytes = p.memory.session_bytes;
+  info.prefill_wave = p.memory.wave_positions;
+  info.prefill_wave_fixed = p.memory.needs.wave_fixed;
   info.spine_pinned_bytes = p.memory.spine_pinned_bytes;
   info.spine_streamed_bytes = p.memory.spine_streamed_bytes;
   info.spine_ring_depth = p.memory.spine_ring_depth;
@@ -235,6 +252,12 @@ Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c
       if (spec.shape.size() != 2 || spec.shape[0] <= 1) continue;
       if (spec.name.find("embed_tokens") != std::string::npos) continue;
       products += spec.name.find("kv_b_proj") != std::string::npos ? 2 * c.mla_heads : 1;
+      const auto macs = static_cast<uint64_t>(spec.shape[0] * spec.shape[1]);
+      if (spec.name.find("lm_head") != std::string::npos) {
+        info.lm_head_macs += macs;
+      } else {
+        info.linear_macs_per_token += macs;
+      }
     }
   };
   count(GlobalTensorSpecs(c));
@@ -246,11 +269,34 @@ Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c
     }
   }
   info.spine_products_per_token = products;
+  // The routed experts a token runs (top-k per MoE layer: W1, W3 [inter, latent], W2 [latent,
+  // inter]), the KDA recurrence (decay, k·S, the rank-1 update and q·S: 4·d² per head) and MLA's
+  // absorbed attention per cached position (scores over lora + rope, the context over lora).
+  info.linear_macs_per_token +=
+      static_cast<uint64_t>(c.num_moe_layers() * c.num_experts_per_token * 3 *
+                            c.moe_intermediate_size * c.routed_expert_hidden_size);
+  const auto kda_layers =
+      std::count(c.layer_kinds.begin(), c.layer_kinds.end(), AttentionKind::kKda);
+  info.kda_macs_per_token =
+      static_cast<uint64_t>(kda_layers * c.kda_heads * 4 * c.kda_head_dim * c.kda_head_dim);
+  info.mla_macs_per_cached_position = static_cast<uint64_t>(
+      (c.num_hidden_layers - kda_layers) * c.mla_heads * (2 * c.kv_lora_rank + c.qk_rope_head_dim));
   info.router_bytes = static_cast<uint64_t>(c.num_experts * c.hidden_size) * 2;
   return p;
 }
 
 }  // namespace
+
+double PrefillFlops(const ModelInfo& info, int64_t start, int64_t tokens, int64_t logits_rows) {
+  const auto n = static_cast<double>(tokens), s = static_cast<double>(start);
+  // Position p attends over p + 1 cached positions: sum over p in [start, start + tokens).
+  const double attended = n * s + n * (n + 1) / 2;
+  const double macs =
+      n * static_cast<double>(info.linear_macs_per_token + info.kda_macs_per_token) +
+      attended * static_cast<double>(info.mla_macs_per_cached_position) +
+      static_cast<double>(logits_rows) * static_cast<double>(info.lm_head_macs);
+  return 2 * macs;
+}
 
 Status CheckTokenIds(std::span<const int32_t> ids, int64_t vocab_size) {
   for (const int32_t id : ids) {
@@ -413,7 +459,7 @@ std::vector<DriveStats> Engine::DriveStatistics() const {
 }
 
 std::unique_ptr<Session> Engine::NewSession() const {
-  const int64_t chunk = std::min(impl_->options.prefill_chunk, impl_->info.context_capacity);
+  const int64_t chunk = impl_->info.prefill_wave;
   auto impl =
       std::make_unique<Session::Impl>(*impl_->weights, chunk, impl_->info.context_capacity,
                                       VerifyRows(impl_->options), RollbackMode(impl_->options));
@@ -446,17 +492,29 @@ Status Session::Prefill(std::span<const int32_t> tokens, std::span<float> all_lo
     return Status::Error("all_logits must hold tokens.size() * vocab floats");
   }
   ForwardPass& f = impl_->forward;
+  // A prompt longer than the room left fails here, before any wave runs.
+  const int64_t capacity = f.capacity();
+  if (f.position() + static_cast<int64_t>(tokens.size()) > capacity) {
+    return Status::Error("prompt too long: " + std::to_string(tokens.size()) +
+                         " tokens at position " + std::to_string(f.position()) +
+                         " exceed the context capacity of " + std::to_string(capacity) +
+                         " positions (raise --ctx)");
+  }
+  DF_RETURN_IF_ERROR(CheckTokenIds(tokens, impl_->vocab));
   std::unique_lock<std::mutex> lock;
   if (impl_->stream_mutex != nullptr) lock = std::unique_lock<std::mutex>(*impl_->stream_mutex);
+  // Waves of prefill_chunk positions (the planned wave, or --prefill-chunk), each one forward
+  // pass, layer-major: every routed expert a wave needs is read once for the wave. Logits are
+  // computed only where asked: every position's, or the last wave's last position's.
+  const auto wave = static_cast<size_t>(impl_->prefill_chunk);
   for (size_t begin = 0; begin < tokens.size();) {
-    const size_t n = std::min(tokens.size() - begin, static_cast<size_t>(impl_->prefill_chunk));
-    if (!all_logits.empty()) {
-      DF_RETURN_IF_ERROR(f.Run(tokens.data() + begin, static_cast<int64_t>(n), true,
-                               all_logits.data() + begin * vocab));
-    } else {
-      DF_RETURN_IF_ERROR(
-          f.Run(tokens.data() + begin, static_cast<int64_t>(n), false, impl_->logits.data()));
-    }
+    const size_t n = std::min(tokens.size() - begin, wave);
+    const bool last = begin + n == tokens.size();
+    float* out = !all_logits.empty() ? all_logits.data() + begin * vocab
+                 : last              ? impl_->logits.data()
+                                     : nullptr;
+    DF_RETURN_IF_ERROR(
+        f.Run(tokens.data() + begin, static_cast<int64_t>(n), !all_logits.empty(), out));
     begin += n;
     if (progress) progress(static_cast<int64_t>(begin), static_cast<int64_t>(tokens.size()));
   }

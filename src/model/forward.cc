@@ -241,9 +241,12 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
   }
 
   DF_RETURN_IF_ERROR(AcquireSpine(spine_->tail_group()));
-  if (all_positions) {
+  // Only the logits asked for: every position's, the last one's, or none (a prefill wave that
+  // is not the prompt's last). The lm_head group is still taken, so a streamed spine's ring
+  // keeps its cyclic order.
+  if (logits != nullptr && all_positions) {
     for (int64_t t = 0; t < n; ++t) Tail(t, n_anchors, logits + t * c_.vocab_size);
-  } else {
+  } else if (logits != nullptr) {
     Tail(n - 1, n_anchors, logits);
   }
   position_ += n;

@@ -33,7 +33,8 @@ class ForwardPass {
               int64_t max_verify_rows = 0, KdaRollbackMode rollback = KdaRollbackMode::kReplay);
 
   // Feeds tokens[0..n) (n <= max_chunk) at position(). Writes logits of every position into
-  // `logits` [n, vocab] when `all_positions`, else only the last one into logits [vocab].
+  // `logits` [n, vocab] when `all_positions`, else only the last one into logits [vocab];
+  // computes none when `logits` is null (a prefill wave before the prompt's last).
   Status Run(const int32_t* tokens, int64_t n, bool all_positions, float* logits);
 
   // Speculative verification (docs/SPECULATION.md): feeds tokens[0..n) (n <= max_verify_rows) like
@@ -58,6 +59,7 @@ class ForwardPass {
 
   int64_t position() const { return position_; }
   int64_t max_chunk() const { return max_chunk_; }
+  int64_t capacity() const { return capacity_; }
   const ModelConfig& config() const { return c_; }
   void Reset();
   void SetObserver(ForwardObserver* observer) { observer_ = observer; }

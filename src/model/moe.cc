@@ -22,7 +22,9 @@ void FfnScratch::Reserve(const ModelConfig& c, int64_t max_positions) {
   weights.Resize(sz(n * k));
   z.Resize(sz(n * latent));
   z_gathered.Resize(sz(n * latent));
-  members.Resize(sz(n));
+  work.Resize(sz(n * k));
+  work_begin.Resize(sz(c.num_experts + 1));
+  work_cursor.Resize(sz(c.num_experts));
   needed.Resize(sz(std::min(n * k, c.num_experts)));
   mark.Resize(sz(c.num_experts));
   std::fill(mark.data(), mark.data() + mark.size(), -1);
@@ -62,6 +64,38 @@ int64_t ExpertUnion(const int32_t* ids, int64_t count, int32_t* mark, int32_t* o
   return m;
 }
 
+// Puts experts[0..m) in file order (their span offsets in the layer's shard; ties by id), so that
+// the reads of a layer's union, in batches, go through the file front to back. std::sort does not
+// allocate.
+void SortByFileOffset(const MoeWeights& w, int32_t* experts, int64_t m) {
+  const uint64_t* offsets = w.expert_offsets.data();
+  std::sort(experts, experts + m, [offsets](int32_t a, int32_t b) {
+    return offsets[a] != offsets[b] ? offsets[a] < offsets[b] : a < b;
+  });
+}
+
+// The work lists of one MoE layer: for the j-th expert of needed[0..m), the selections
+// (t * top_k + slot) that chose it, in increasing order, at work[work_begin[j] ..
+// work_begin[j + 1]). One pass over the routes instead of one per expert, which at a wave of
+// thousands of positions and hundreds of experts would rival the experts' own work. `mark` is
+// [experts] of -1 on entry and on return.
+void BuildWorkLists(const int32_t* ids, int64_t count, const int32_t* needed, int64_t m,
+                    FfnScratch* s) {
+  int32_t* mark = s->mark.data();
+  int32_t* begin = s->work_begin.data();
+  int32_t* cursor = s->work_cursor.data();
+  for (int64_t j = 0; j < m; ++j) mark[needed[j]] = static_cast<int32_t>(j);
+  std::fill(begin, begin + m + 1, 0);
+  for (int64_t i = 0; i < count; ++i) begin[mark[ids[i]] + 1] += 1;
+  for (int64_t j = 0; j < m; ++j) {
+    begin[j + 1] += begin[j];
+    cursor[j] = begin[j];
+  }
+  for (int64_t i = 0; i < count; ++i)
+    s->work[static_cast<size_t>(cursor[mark[ids[i]]]++)] = static_cast<int32_t>(i);
+  for (int64_t j = 0; j < m; ++j) mark[needed[j]] = -1;
+}
+
 }  // namespace
 
 void PrefetchGuess(const ModelConfig& c, const MoeWeights& next, int64_t next_layer,
@@ -76,6 +110,9 @@ void PrefetchGuess(const ModelConfig& c, const MoeWeights& next, int64_t next_la
           s->router_scratch.data(), s->guess_ids.data() + t * k, s->guess_weights.data() + t * k);
   }
   const int64_t m = ExpertUnion(s->guess_ids.data(), n * k, s->mark.data(), s->guess_union.data());
+  // In file order, like the layer's own batches: when the guesses are more than the streamer
+  // queues, those it takes are the ones the layer's first batch will pin.
+  SortByFileOffset(next, s->guess_union.data(), m);
   Charge(access.timer, OpFamily::kRouter);
   access.source->Prefetch(next_layer, {s->guess_union.data(), static_cast<size_t>(m)},
                           access.stats);
@@ -97,13 +134,18 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
           s->ids.data() + t * k, s->weights.data() + t * k);
   }
   const int64_t m = ExpertUnion(s->ids.data(), n * k, s->mark.data(), s->needed.data());
+  SortByFileOffset(w, s->needed.data(), m);
+  BuildWorkLists(s->ids.data(), n * k, s->needed.data(), m, s);
   OpTimer* const timer = access.timer;
   Charge(timer, OpFamily::kRouter);
 
-  // Run each expert once over every position that selected it, in batches the source can hold,
-  // each expert as soon as its bytes are in RAM (a streamed source hands out cached experts
-  // while the misses load). The per-slot outputs are combined in selection order below, so the
-  // order experts arrive in does not matter.
+  // Run each expert once over every position that selected it (a prefill wave: each expert of
+  // the layer is read once for the whole wave), in file order, in batches the source can hold
+  // (the union never has to fit in RAM), each expert as soon as its bytes are in RAM (a streamed
+  // source hands out cached experts while the misses load). While a batch computes, the next
+  // batch's first experts are queued as guesses, so the disk does not idle at batch boundaries.
+  // The per-slot outputs are combined in selection order below, so the order experts arrive in
+  // does not matter.
   const auto latent_bytes = static_cast<size_t>(latent) * sizeof(float);
   ExpertSource* source = access.source;
   const int64_t batch = source->max_batch();
@@ -114,6 +156,12 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
     DF_RETURN_IF_ERROR(
         source->Begin(layer, {s->needed.data() + b0, static_cast<size_t>(b1 - b0)}, access.stats));
     Charge(timer, wait);
+    if (b1 < m && source->takes_guesses()) {
+      source->Prefetch(layer,
+                       {s->needed.data() + b1, static_cast<size_t>(std::min(m, b1 + batch) - b1)},
+                       access.stats);
+      Charge(timer, wait);
+    }
     if (b0 == 0) {
       if (access.next != nullptr && source->takes_guesses()) {
         PrefetchGuess(c, *access.next, layer + 1, access, x, n, s);
@@ -135,14 +183,12 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
       }
       const int64_t j = b0 + ready->index;
       const uint8_t* span = ready->data;
-      const int32_t e = s->needed[static_cast<size_t>(j)];
-      int64_t members = 0;
-      for (int64_t i = 0; i < n * k; ++i) {
-        if (s->ids[static_cast<size_t>(i)] != e) continue;
-        s->members[static_cast<size_t>(members)] = static_cast<int32_t>(i);
-        std::memcpy(s->z_gathered.data() + members * latent, s->z.data() + (i / k) * latent,
+      const int32_t* list = s->work.data() + s->work_begin[static_cast<size_t>(j)];
+      const int64_t members =
+          s->work_begin[static_cast<size_t>(j + 1)] - s->work_begin[static_cast<size_t>(j)];
+      for (int64_t q = 0; q < members; ++q) {
+        std::memcpy(s->z_gathered.data() + q * latent, s->z.data() + (list[q] / k) * latent,
                     latent_bytes);
-        ++members;
       }
       kernels::MatMulMxfp4(span + layout.w1_packed, span + layout.w1_scale, inter, latent,
                            s->z_gathered.data(), members, s->u1.data());
@@ -152,7 +198,7 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
       kernels::MatMulMxfp4(span + layout.w2_packed, span + layout.w2_scale, latent, inter,
                            s->u1.data(), members, s->y_expert.data());
       for (int64_t q = 0; q < members; ++q) {
-        std::memcpy(s->y_slots.data() + s->members[static_cast<size_t>(q)] * latent,
+        std::memcpy(s->y_slots.data() + static_cast<int64_t>(list[q]) * latent,
                     s->y_expert.data() + q * latent, latent_bytes);
       }
     }

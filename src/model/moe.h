@@ -30,10 +30,13 @@ struct FfnScratch {
   AlignedBuffer<int32_t> ids;           // [n, top_k] selection order
   AlignedBuffer<float> weights;         // [n, top_k]
   // Latent experts
-  AlignedBuffer<float> z;              // [n, latent]
-  AlignedBuffer<float> z_gathered;     // [n, latent] rows of the positions routed to one expert
-  AlignedBuffer<int32_t> members;      // [n] (t*top_k + slot) of those positions
-  AlignedBuffer<int32_t> needed;       // [min(n*top_k, experts)] the chunk's expert union
+  AlignedBuffer<float> z;           // [n, latent]
+  AlignedBuffer<float> z_gathered;  // [n, latent] rows of the positions routed to one expert
+  // Work lists: the selections (t*top_k + slot) of each expert of `needed`, grouped by expert.
+  AlignedBuffer<int32_t> work;         // [n*top_k]
+  AlignedBuffer<int32_t> work_begin;   // [experts + 1] expert j's list starts at work_begin[j]
+  AlignedBuffer<int32_t> work_cursor;  // [experts]
+  AlignedBuffer<int32_t> needed;       // [min(n*top_k, experts)] the union, in file order
   AlignedBuffer<int32_t> mark;         // [experts] position in `needed`, -1 outside a call
   AlignedBuffer<int32_t> guess_ids;    // [n, top_k] the next layer's router on this input
   AlignedBuffer<float> guess_weights;  // [n, top_k]

@@ -77,17 +77,37 @@ Result<MemoryPlan> PlanMemory(const MemoryNeeds& needs, const MemoryBudget& budg
   auto too_small = [&](const std::string& what, uint64_t need) {
     return Status::Error("memory budget " + HumanBytes(b) + " (" + budget.source +
                          ") is too small: " + what + " needs " + HumanBytes(need) + " (session " +
-                         HumanBytes(needs.session_bytes) + ", spine " +
+                         HumanBytes(needs.session_bytes) + " with prefill buffers for " +
+                         std::to_string(needs.wave_min) + " positions" +
+                         (needs.wave_fixed ? " (--prefill-chunk)" : "") + ", spine " +
                          HumanBytes(needs.spine_bytes) + ", smallest expert cache " +
                          HumanBytes(needs.min_expert_cache) + ")");
   };
   const uint64_t everything = needs.session_bytes + needs.spine_bytes + needs.all_expert_bytes;
+  plan.wave_positions = needs.wave_min;
+  plan.session_bytes = needs.session_bytes;
+  // Grows the wave towards `up_to` positions with at most half of `free_bytes` (what the plan
+  // leaves at this point), adding the bytes to wave_extra. A fixed chunk never grows.
+  const uint64_t per = std::max<uint64_t>(needs.session_bytes_per_position, 1);
+  uint64_t wave_extra = 0;
+  auto grow_wave = [&](uint64_t free_bytes, int64_t up_to) {
+    if (needs.wave_fixed || up_to <= plan.wave_positions) return;
+    const uint64_t add =
+        std::min(static_cast<uint64_t>(up_to - plan.wave_positions), free_bytes / 2 / per);
+    plan.wave_positions += static_cast<int64_t>(add);
+    wave_extra += add * per;
+    plan.session_bytes += add * per;
+  };
+  const int64_t preferred = std::min(needs.wave_max, kPreferredWave);
   plan.experts_streamed = placement == ExpertPlacement::kStreamed ||
                           (placement == ExpertPlacement::kAuto && everything > b);
   if (!plan.experts_streamed) {
     if (everything > b && placement == ExpertPlacement::kMapped) {
       return too_small("keeping every expert in RAM (--experts mapped)", everything);
     }
+    const uint64_t free_bytes = everything <= b ? b - everything : 0;
+    grow_wave(free_bytes, preferred);
+    grow_wave(free_bytes - wave_extra, needs.wave_max);
     return plan;
   }
   const uint64_t streaming_min = needs.session_bytes + needs.min_expert_cache;
@@ -107,6 +127,9 @@ Result<MemoryPlan> PlanMemory(const MemoryNeeds& needs, const MemoryBudget& budg
                            " layer buffers of " + HumanBytes(slot_for(largest)),
                        floor);
     }
+    // The preferred wave comes before the pins: a long prompt otherwise re-reads every expert of
+    // every layer once per 32 positions. Beyond it the wave only takes what the pins leave.
+    grow_wave(b - floor, preferred);
     // Pin the biggest groups first: every pinned byte is a byte not read again each token,
     // whichever layer it belongs to, and big groups use the budget with the fewest leftovers.
     std::vector<size_t> order(needs.spine_groups.size());
@@ -129,7 +152,7 @@ Result<MemoryPlan> PlanMemory(const MemoryNeeds& needs, const MemoryBudget& budg
                                     : k + 1 < order.size() ? needs.spine_groups[order[k + 1]]
                                                            : 0;
       const uint64_t ring_after = next_largest > 0 ? d * slot_for(next_largest) : 0;
-      if (streaming_min + pinned_share + slot_for(g) + ring_after <= b) {
+      if (streaming_min + wave_extra + pinned_share + slot_for(g) + ring_after <= b) {
         plan.spine_pinned[order[k]] = true;
         plan.spine_pinned_bytes += g;
         pinned_share += slot_for(g);
@@ -148,8 +171,12 @@ Result<MemoryPlan> PlanMemory(const MemoryNeeds& needs, const MemoryBudget& budg
     spine_share = pinned_share + d * plan.spine_ring_slot_bytes;
   }
   const uint64_t floor = streaming_min + spine_share;
-  if (floor > b) return too_small("streaming experts with the spine resident", floor);
-  uint64_t cache = b - needs.session_bytes - spine_share;
+  if (floor + wave_extra > b) {
+    return too_small("streaming experts with the spine resident", floor + wave_extra);
+  }
+  grow_wave(b - floor - wave_extra, preferred);
+  grow_wave(b - floor - wave_extra, needs.wave_max);
+  uint64_t cache = b - needs.session_bytes - wave_extra - spine_share;
   cache = std::min(cache, needs.all_expert_bytes + needs.min_expert_cache);
   if (cache_request > 0) {
     if (cache_request < needs.min_expert_cache) {
@@ -170,7 +197,14 @@ Result<MemoryPlan> PlanMemory(const MemoryNeeds& needs, const MemoryBudget& budg
 std::string MemoryPlan::Describe() const {
   std::ostringstream o;
   o << "memory plan: budget " << HumanBytes(budget.bytes) << " (" << budget.source << ")\n";
-  o << "  session state and buffers: " << HumanBytes(needs.session_bytes) << "\n";
+  o << "  session state and buffers: " << HumanBytes(session_bytes) << "\n";
+  if (needs.wave_fixed) {
+    o << "  prefill: fixed chunks of " << wave_positions << " positions (--prefill-chunk)\n";
+  } else {
+    o << "  prefill wave: " << wave_positions << " positions"
+      << (wave_positions >= needs.wave_max ? " (the whole context)" : " (what the budget holds)")
+      << ", " << HumanBytes(needs.session_bytes_per_position) << " of buffers per position\n";
+  }
   o << "  spine: " << HumanBytes(needs.spine_bytes)
     << (spine_resident ? ", resident (mapped)" : ", does not fit") << "\n";
   if (!spine_resident) {

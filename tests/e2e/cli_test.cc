@@ -177,14 +177,15 @@ TEST_F(CliTest, PrefillProgressOnRequest) {
   EXPECT_EQ(plain.err.find("prefill "), std::string::npos) << plain.err;
   auto run = RunCliStreams(Run(flags + " --progress"));
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_HAS_SUBSTR(run.err, "prefill 0/5 positions\n");
-  for (const char* done : {"prefill 2/5 positions, ", "prefill 4/5 positions, "}) {
+  EXPECT_HAS_SUBSTR(run.err, "prefill 0/5 positions, wave 0/3\n");
+  for (const char* done :
+       {"prefill 2/5 positions, wave 1/3, ", "prefill 4/5 positions, wave 2/3, "}) {
     const size_t at = run.err.find(done);
     ASSERT_NE(at, std::string::npos) << run.err;
     const std::string line = run.err.substr(at, run.err.find('\n', at) - at);
     EXPECT_HAS_SUBSTR(line, " tok/s, ETA ");
   }
-  EXPECT_HAS_SUBSTR(run.err, "prefill 5/5 positions, ");
+  EXPECT_HAS_SUBSTR(run.err, "prefill 5/5 positions, wave 3/3, ");
 }
 
 TEST_F(CliTest, SamplingIsReproducibleAndIsTheEngineSampler) {

@@ -53,6 +53,12 @@ class PlanTest : public ::testing::Test {
       EXPECT_TRUE(s["bytes_read_per_token"].is_number_unsigned()) << s.dump();
       const std::string bound = s["bound"].get<std::string>();
       EXPECT_TRUE(bound == "disk" || bound == "compute") << s.dump();
+      // Time to first token of --prompt-tokens (default 10,000) in the plan's waves.
+      const double prefill = s["predicted_prefill_s"].get<double>();
+      EXPECT_TRUE(std::isfinite(prefill) && prefill > 0) << s.dump();
+      const std::string prefill_bound = s["prefill_bound"].get<std::string>();
+      EXPECT_TRUE(prefill_bound == "read" || prefill_bound == "compute") << s.dump();
+      EXPECT_GE(s["prefill_wave"].get<int64_t>(), 32) << s.dump();
     }
     for (const char* n : {"resident", "stream-spine-resident", "stream-spine-streamed"}) {
       for (const char* spine : {"bf16", "int8"}) {
@@ -120,6 +126,14 @@ TEST_F(PlanTest, K3StatedProfile) {
     if (s["name"] == "stream-spine-streamed" && s["feasible"].get<bool>()) {
       EXPECT_GT(s["bytes_read_per_token"].get<double>(), 50e9) << s.dump();
       EXPECT_EQ(s["bound"], "disk");
+    }
+    // At least 2,048 positions a wave on a 64 GB machine with the BF16 spine, so 10,000 tokens
+    // take at most 5 waves (streaming K3's 1.5 TB of experts once a wave: over 200 s at
+    // 6.6 GB/s). (A resident int8 spine leaves room for fewer: docs/STREAMING.md.)
+    if (s["name"] == "auto" && s["spine"] == "bf16" && s["feasible"].get<bool>()) {
+      EXPECT_GE(s["prefill_wave"].get<int64_t>(), 2048) << s.dump();
+      EXPECT_LE(s["prefill_waves"].get<int64_t>(), 5) << s.dump();
+      EXPECT_GT(s["predicted_prefill_s"].get<double>(), 200.0) << s.dump();
     }
   }
 }

@@ -108,6 +108,76 @@ TEST_F(StreamE2e, BenchDecodeResidentReportsTheBreakdownAndDrawsIt) {
   EXPECT_EQ(text.find("<script"), std::string::npos);
 }
 
+// `bench prefill` (docs/PERFORMANCE.md "Prefill waves"): the JSON names outside checks read, a
+// 300-token prompt in one planned wave against `--prefill-chunk 32`'s ten, all in RAM.
+TEST_F(StreamE2e, BenchPrefillResidentReportsTheFloorInWaves) {
+  const std::string json = dir_.Join("prefill.json"), svg = dir_.Join("prefill.svg");
+  auto run = RunCli("bench prefill --model " + ShellQuote(model_) +
+                    " --scenario resident --prompt-tokens 300 --json " + ShellQuote(json) +
+                    " --svg " + ShellQuote(svg));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  for (const char* key :
+       {"prompt_tokens", "seconds", "tokens_per_s", "waves", "wave_tokens", "expert_bytes_read",
+        "expert_bytes_floor", "spine_bytes_read", "disk_gbps", "fma_gflops", "read_floor_s",
+        "compute_floor_s", "floor_ratio", "proc_read_bytes", "ops"}) {
+    EXPECT_TRUE(j.contains(key)) << key << "\n" << j.dump(1);
+  }
+  EXPECT_EQ(j["prompt_tokens"], 300);
+  EXPECT_EQ(j["waves"], 1);
+  EXPECT_GE(j["wave_tokens"].get<int64_t>(), 300);
+  EXPECT_GT(j["fma_gflops"].get<double>(), 0.0);
+  EXPECT_GT(j["compute_floor_s"].get<double>(), 0.0);
+  EXPECT_GT(j["floor_ratio"].get<double>(), 0.0);
+  EXPECT_EQ(j["expert_bytes_read"], 0);  // mapped
+  EXPECT_GT(j["expert_bytes_floor"].get<uint64_t>(), 0u);
+  ASSERT_EQ(j["ops"].size(), 16u);
+  EXPECT_GT(j["ops"]["routed_experts"].get<double>(), 0.0);
+  std::ifstream svg_in(svg);
+  const std::string text((std::istreambuf_iterator<char>(svg_in)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.rfind("<?xml", 0), 0u);
+  EXPECT_NE(text.find(">routed_experts</text>"), std::string::npos);
+
+  auto chunks = RunCli("bench prefill --model " + ShellQuote(model_) +
+                       " --scenario resident --prompt-tokens 300 --prefill-chunk 32 --json " +
+                       ShellQuote(json));
+  ASSERT_EQ(chunks.exit_code, 0) << chunks.output;
+  std::ifstream in2(json);
+  const auto c = nlohmann::json::parse(in2);
+  EXPECT_EQ(c["waves"], 10);
+  EXPECT_EQ(c["wave_tokens"], 32);
+  // Ten chunks need each expert once per chunk: more than one wave.
+  EXPECT_GT(c["expert_bytes_floor"].get<uint64_t>(), j["expert_bytes_floor"].get<uint64_t>());
+}
+
+// Streamed experts in their cgroup: a wave reads each expert it needs once (within 5 % of what it
+// needed: only wrong lookahead guesses add to it).
+TEST_F(StreamE2e, BenchPrefillStreamedReadsEachExpertOncePerWave) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to create a memory cgroup";
+  const std::string json = dir_.Join("prefill.json");
+  auto run = RunCli("bench prefill --model " + ShellQuote(model_) +
+                    " --scenario stream-spine-resident --prompt-tokens 200 --probe-experts 64 "
+                    "--expert-cache 2M --json " +
+                    ShellQuote(json));
+  if (run.output.find("cannot create a memory cgroup") != std::string::npos) {
+    GTEST_SKIP() << "no writable memory cgroup here: " << run.output;
+  }
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["waves"], 1);
+  const double floor = j["expert_bytes_floor"].get<double>();
+  EXPECT_GT(floor, 0.0);
+  // Direct reads cover whole 4 KiB blocks: the needed bytes count them (the floor does not).
+  EXPECT_GE(j["expert_bytes_needed"].get<double>(), floor);
+  EXPECT_LE(j["expert_bytes_read"].get<double>(), 1.05 * j["expert_bytes_needed"].get<double>())
+      << j.dump(1);
+  EXPECT_GT(j["disk_gbps"].get<double>(), 0.0);
+  EXPECT_GT(j["read_floor_s"].get<double>(), 0.0);
+}
+
 TEST_F(StreamE2e, TooSmallMemoryLimitFailsAtStartupWithTheNumbers) {
   auto run = RunCli("run --model " + ShellQuote(model_) + " --prompt-ids 1,2 --mem-limit 2M");
   EXPECT_NE(run.exit_code, 0);

@@ -398,6 +398,9 @@ TEST(GoldenModel, StreamedSpineRingDepthsAreBitIdentical) {
   options.model_dir = testing::GoldenModelDir();
   options.experts = EngineOptions::Experts::kStreamed;
   options.io_threads = 2;
+  // Fixed chunks: the session's bytes below are then the ones the budget must hold (a planned
+  // wave would grow into what the budget leaves).
+  options.prefill_chunk = 32;
   auto config = LoadModelConfig(options.model_dir);
   ASSERT_TRUE(config.ok());
   auto full = Engine::Plan(options);

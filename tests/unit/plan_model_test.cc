@@ -183,6 +183,39 @@ TEST(PlanModelTest, SpeculationAmortisesTheSpineNotTheExperts) {
 
 // `plan --k3`'s config through the engine's own planner gives the spec's byte accounting
 // (spec §2.11), so the K3 numbers are computed from the config rather than typed in.
+// Prefill: per wave the distinct experts its positions chose (flat routing) are read once, a
+// streamed spine's streamed bytes once; compute is FLOPs at the batched rate plus the calls.
+TEST(PlanModelTest, PrefillReadsEachWavesDistinctExpertsOnce) {
+  MachineProfile m = Profile();
+  m.batched_flops = 50e9;
+  const ModelWorkload w = Workload();  // 100 experts, top-10, 10 MoE layers, 1 MB each
+  ScenarioPlan p;
+  p.experts_streamed = true;
+  p.spine_resident = false;
+  p.spine_streamed_bytes = 500'000'000;
+  p.prefill_wave = 1000;
+  // 2,500 tokens: waves of 1000, 1000, 500. 1000 positions choose all 100 experts (to 1e-45);
+  // so do 500: each wave reads 10 layers x 100 experts x 1 MB = 1 GB, plus 0.5 GB of spine.
+  const PrefillPrediction r = PredictPrefill(m, w, p, 2500, 100e9);
+  EXPECT_EQ(r.waves, 3);
+  EXPECT_NEAR(static_cast<double>(r.bytes_read), 3 * 1.5e9, 1e3);
+  EXPECT_NEAR(r.read_s, 4.5e9 / 2e9, 1e-6);
+  // 100 GFLOP at 50 GFLOP/s = 2 s; calls: 3 waves x (1000 spine x 10 us + 100 x 10 x 3 x 20 us).
+  EXPECT_NEAR(r.compute_s, 2 + 3 * (0.01 + 0.06), 1e-9);
+  EXPECT_NEAR(r.seconds, r.read_s, 1e-12);
+  EXPECT_EQ(r.bound, "read");
+  // One position chooses k = 10 experts; mapped experts and a resident spine read nothing; no
+  // stated batched rate: 45 % of 2 x the FMA peak (90 GFLOP/s here).
+  m.batched_flops = 0;
+  p.experts_streamed = false;
+  p.spine_resident = true;
+  const PrefillPrediction one = PredictPrefill(m, w, p, 1, 9e9);
+  EXPECT_EQ(one.waves, 1);
+  EXPECT_EQ(one.bytes_read, 0u);
+  EXPECT_NEAR(one.compute_s, 0.1 + 0.01 + 10 * 10 * 3 * 20e-6, 1e-9);
+  EXPECT_EQ(one.bound, "compute");
+}
+
 TEST(PlanModelTest, K3WorkloadFromConfigMatchesSpec) {
   auto text = PresetConfigJson("bench", K3ConfigOverrides());
   ASSERT_TRUE(text.ok()) << text.status().message();
