@@ -182,7 +182,7 @@ TEST(PlanModelTest, SpeculationAmortisesTheSpineNotTheExperts) {
 }
 
 // `plan --k3`'s config through the engine's own planner gives the spec's byte accounting
-// (spec §2.11), so the K3 numbers are computed from the config rather than typed in.
+// (docs/MODEL.md §2.11), so the K3 numbers are computed from the config rather than typed in.
 TEST(PlanModelTest, K3WorkloadFromConfigMatchesSpec) {
   auto text = PresetConfigJson("bench", K3ConfigOverrides());
   ASSERT_TRUE(text.ok()) << text.status().message();
