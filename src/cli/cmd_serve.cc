@@ -69,7 +69,7 @@ int RunServe(ServeArgs& args) {
   opt.max_body_bytes = static_cast<size_t>(args.max_body_mib * 1024 * 1024);
   opt.prefill_piece = args.model.prefill_chunk;
   if (opt.prefix_cache) {
-    auto disk = ParseByteSize(args.cache_bytes);
+    auto disk = ParseByteSize(args.cache_bytes, /*allow_zero=*/true);
     if (!disk.ok()) return Fail(disk.status().WithContext("--cache-bytes"));
     auto ram = ParseByteSize(args.cache_ram_bytes);
     if (!ram.ok()) return Fail(ram.status().WithContext("--cache-ram-bytes"));
