@@ -35,10 +35,12 @@ class Sampler {
   // top-k/top-p count allowed ids only. Returns -1 when nothing is allowed. Allocation-free once
   // the candidate buffer has grown to the allowed count.
   int32_t Sample(std::span<const float> logits, std::span<const uint8_t> allowed);
-  // Speculative verification (deltafin/speculate.h): keeps the point-mass draft `draft` with
-  // probability p(draft) under the processed distribution of `logits`, else draws from p with the
-  // draft removed and renormalised. Returns the token and sets *accepted. Greedy: accepted iff
-  // draft is ArgmaxToken(logits) (which is returned either way); no random number is drawn.
+  // Speculative verification (deltafin/speculate.h): draws this position's token exactly as
+  // Sample does (the same single random number) and keeps the point-mass draft `draft` iff it is
+  // that token, so P(keep) = p(draft) and the token has distribution p. Returns the token and sets
+  // *accepted. One draw per emitted token, as in plain decoding: a seed's tokens do not depend on
+  // how many drafts were verified. Greedy: accepted iff draft is ArgmaxToken(logits) (which is
+  // returned either way); no random number is drawn.
   int32_t AcceptOrResample(std::span<const float> logits, int32_t draft, bool* accepted);
 
  private:

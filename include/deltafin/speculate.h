@@ -2,18 +2,20 @@
 // tokens, one Session::Verify pass checks them all (the spine read once for every row, each
 // expert once for the rows that chose it), and Session::Commit keeps the accepted prefix exactly.
 //
-// Greedy output is identical to plain decoding. With sampling, a draft d is accepted with
-// probability p(d) under the target's processed distribution (after temperature, top-k, top-p) and
-// on rejection the token is drawn from p with d removed and renormalised: for a drafter that
-// proposes one token with certainty (every drafter here) this yields exactly p, so the sequence
-// distribution equals plain sampling. Seeded runs are reproducible (the random stream differs from
-// plain decoding's, so the tokens of one seed differ from --speculate off).
+// Greedy output is identical to plain decoding. With sampling, each emitted position's token is
+// drawn as plain decoding draws it (one random number from the sampler's stream per emitted token,
+// the verify row's logits being bit-identical to a plain step's), and a draft d is kept iff it is
+// that token: P(keep d) = p(d), the token has distribution p, and a seed gives the same tokens with
+// speculation on or off, whatever number of drafts the policy verified (Sampler::AcceptOrResample).
 //
-// The policy measures, while it runs, the wall time of a pass as a function of its rows and the
+// The policy measures, while it runs, the time of a pass as a function of its rows and the
 // drafts' acceptance rate, and drafts the k (0 included) that maximises expected tokens per second.
+// The clock is injectable (SpeculateOptions::clock) so the policy can be tested without wall time;
+// the timings decide only how many drafts are verified, never which tokens come out.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -64,6 +66,9 @@ struct SpeculateOptions {
   // true: the measured policy chooses k per pass; false: always draft as many as proposed (up to
   // draft_max), for replay measurements and tests.
   bool adaptive = true;
+  // Monotonic time in seconds that the policy times passes with; empty: std::chrono::steady_clock.
+  // Tests inject a deterministic clock. Called twice per pass; must not allocate.
+  std::function<double()> clock;
 };
 
 // One verify (or decode) pass, for --stats.
@@ -105,6 +110,7 @@ class Speculator {
 
  private:
   void Observe(int64_t rows, int64_t drafted, int64_t accepted, double seconds);
+  double Now() const;  // options_.clock, or steady_clock, in seconds
 
   Session* session_;
   Drafter* drafter_;

@@ -1,10 +1,12 @@
 // AlignedBuffer: an owning, 64-byte aligned, zero-initialised array of trivially copyable T.
 // Used for activations and scratch so SIMD loads never straddle cache lines, and so that the decode
-// loop can reuse memory reserved up front instead of allocating per token.
+// loop can reuse memory reserved up front instead of allocating per token. The memory comes from
+// the aligned global operator new (and goes back through the matching delete), not from
+// std::aligned_alloc: the no-allocation tests count operator new, and every activation, scratch
+// buffer and cache slot is an AlignedBuffer, so a per-step Resize must show up there.
 #pragma once
 
 #include <cstddef>
-#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <span>
@@ -28,23 +30,22 @@ class AlignedBuffer {
       : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
   AlignedBuffer& operator=(AlignedBuffer&& other) noexcept {
     if (this != &other) {
-      std::free(data_);
+      Free(data_);
       data_ = std::exchange(other.data_, nullptr);
       size_ = std::exchange(other.size_, 0);
     }
     return *this;
   }
-  ~AlignedBuffer() { std::free(data_); }
+  ~AlignedBuffer() { Free(data_); }
 
   // Discards the contents; the new elements are zero.
   void Resize(size_t count) {
-    std::free(data_);
+    Free(data_);
     data_ = nullptr;
     size_ = count;
     if (count == 0) return;
     size_t bytes = (count * sizeof(T) + kAlignment - 1) / kAlignment * kAlignment;
-    data_ = static_cast<T*>(std::aligned_alloc(kAlignment, bytes));
-    if (data_ == nullptr) throw std::bad_alloc();
+    data_ = static_cast<T*>(::operator new (bytes, std::align_val_t{kAlignment}));  // throws
     std::memset(static_cast<void*>(data_), 0, bytes);
   }
   void Zero() {
@@ -60,6 +61,10 @@ class AlignedBuffer {
   std::span<const T> span() const { return {data_, size_}; }
 
  private:
+  static void Free(T* p) {
+    if (p != nullptr) ::operator delete (static_cast<void*>(p), std::align_val_t{kAlignment});
+  }
+
   T* data_ = nullptr;
   size_t size_ = 0;
 };

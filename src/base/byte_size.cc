@@ -19,7 +19,7 @@ std::string HumanBytes(uint64_t bytes) {
   return buf;
 }
 
-Result<uint64_t> ParseByteSize(const std::string& text) {
+Result<uint64_t> ParseByteSize(const std::string& text, bool allow_zero) {
   size_t pos = 0;
   double value = 0;
   try {
@@ -42,8 +42,10 @@ Result<uint64_t> ParseByteSize(const std::string& text) {
   } else if (!unit.empty()) {
     return Status::Error("unknown size unit in '" + text + "' (use K, M, G or T)");
   }
+  if (allow_zero && value == 0) return uint64_t{0};
   if (!(value > 0) || !std::isfinite(value * scale) || value * scale > 1e18) {
-    return Status::Error("size '" + text + "' must be positive");
+    return Status::Error("size '" + text + "' must be " +
+                         (allow_zero ? "zero or positive" : "positive"));
   }
   return static_cast<uint64_t>(value * scale);
 }

@@ -17,12 +17,12 @@ namespace deltafin::cli {
 namespace {
 
 constexpr char kFooter[] = R"(Presets:
-  tiny   spec §7 dimensions (hidden 256, 9 layers, 64 experts top-4, 4 expert groups keep 2)
+  tiny   docs/MODEL.md §7 (hidden 256, 9 layers, 64 experts top-4, 4 expert groups keep 2)
          with a 1024-entry vocabulary (768 BPE ranks + 256 specials); about 27 MB.
   bench  K3's structure and routing shape scaled down (docs/PERFORMANCE.md): 93 layers,
          hidden 1024, 896 experts top-16, groups 1/1, vocabulary 32768; about 19 GB
          (17.2 GB of experts).
-  k3     K3's real text dimensions (spec §1: hidden 7168, 93 layers, 896 experts top-16,
+  k3     K3's real text dimensions (docs/MODEL.md §1: hidden 7168, 93 layers, 896 experts top-16,
          vocabulary 163840) and real file layout: 96 shards (spine in 3, one per MoE layer's
          experts, one of vision_tower.*/mm_projector.* tensors); 1.56 TB, so use --sparse.
 

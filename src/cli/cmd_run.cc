@@ -103,7 +103,8 @@ class StatsReporter {
     faults_before_ = ProcMajorFaults();
     start_ = std::chrono::steady_clock::now();
   }
-  void End(const char* kind) {
+  // `pass`: the speculative pass the step ran (null for prefill), recorded beside its timings.
+  void End(const char* kind, const SpeculativePass* pass = nullptr) {
     StepStats step;
     step.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     step.delta = Subtract(session_.stats(), before_);
@@ -115,7 +116,26 @@ class StatsReporter {
     nlohmann::json j = StepJson(step, disk_bps_);
     j["kind"] = kind;
     j["positions"] = step.delta.positions;
+    if (pass != nullptr) {
+      j["rows"] = pass->rows;
+      j["drafted"] = pass->drafted;
+      j["accepted"] = pass->accepted;
+    }
     doc_["steps"].push_back(std::move(j));
+  }
+  // The speculation summary --stats prints (passes, drafts, acceptance, tokens per pass), and
+  // whether speculation ran at all (off, or turned off by --trace: every pass then has 1 row).
+  void Speculation(bool enabled, const SpeculativeTotals& t) {
+    doc_["speculation"] = {
+        {"enabled", enabled},
+        {"passes", t.passes},
+        {"tokens", t.tokens},
+        {"drafted", t.drafted},
+        {"accepted", t.accepted},
+        {"tokens_per_pass", t.tokens_per_pass()},
+        {"acceptance", t.acceptance()},
+        {"seconds", t.seconds},
+        {"seconds_per_token", t.tokens > 0 ? t.seconds / double(t.tokens) : 0.0}};
   }
   // `--stats`: the op-family summary table (cli/token_stats.h) after the last step.
   void PrintSummary() const {
@@ -350,7 +370,7 @@ int RunGenerate(const RunArgs& args) {
     if (!st.ok()) break;
     if (!first) {
       const SpeculativePass& pass = speculator.last_pass();
-      if (stats.enabled()) stats.End(pass.rows == 1 ? "decode" : "verify");
+      if (stats.enabled()) stats.End(pass.rows == 1 ? "decode" : "verify", &pass);
       if (args.stats && pass.rows > 1) {
         LogInfo("speculate: drafted " + std::to_string(pass.drafted) + ", accepted " +
                 std::to_string(pass.accepted) + ", rows " + std::to_string(pass.rows));
@@ -386,6 +406,7 @@ int RunGenerate(const RunArgs& args) {
                   t.tokens > 0 ? t.seconds / double(t.tokens) : 0.0);
     LogInfo(line);
   }
+  if (stats.enabled()) stats.Speculation(speculate, speculator.totals());
   const auto t2 = Clock::now();
   text.Finish();
   if (trace) {

@@ -70,7 +70,7 @@ int RunServe(ServeArgs& args) {
   // A prompt is fed one wave per Prefill call: cancellation and keep-alives between waves.
   opt.prefill_piece = (*engine)->info().prefill_wave;
   if (opt.prefix_cache) {
-    auto disk = ParseByteSize(args.cache_bytes);
+    auto disk = ParseByteSize(args.cache_bytes, /*allow_zero=*/true);
     if (!disk.ok()) return Fail(disk.status().WithContext("--cache-bytes"));
     auto ram = ParseByteSize(args.cache_ram_bytes);
     if (!ram.ok()) return Fail(ram.status().WithContext("--cache-ram-bytes"));

@@ -145,7 +145,10 @@ void RegisterTokenize(CLI::App& app, int* exit_code) {
                                 "Model directory (tiktoken.model + tokenizer_config.json, K3 "
                                 "pattern)");
   auto* tiktoken = cmd->add_option("--tiktoken", a->tiktoken,
-                                   "A tiktoken rank file instead of --model (needs --pattern)")
+                                   "A tiktoken rank file instead of --model (needs --pattern); "
+                                   "the whole text is pre-tokenized at once, as tiktoken does "
+                                   "(only a K3 --model folder cuts 25,000-character runs first, "
+                                   "as tokenization_kimi.py does)")
                        ->excludes(model);
   cmd->add_option("--tokenizer-config", a->config,
                   "tokenizer_config.json with the special tokens (with --tiktoken)")

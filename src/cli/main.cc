@@ -1,5 +1,5 @@
-// deltafin: one binary, many subcommands (DESIGN.md §2). Every command shares the exit codes and
-// the wording of command-line errors set here (cli/cli_util.h).
+// deltafin: one binary, many subcommands (README.md lists them). Every command shares the exit
+// codes and the wording of command-line errors set here (cli/cli_util.h).
 #include <cstdio>
 #include <exception>
 

@@ -1,7 +1,7 @@
 // Per-token accounting for `run --stats` and `bench decode`: where one decode step's time and
 // bytes went (SessionStats differences), the bytes the kernel says the process read
 // (/proc/self/io), and the floor: the step's disk bytes at the measured disk bandwidth, or its
-// compute time when that is larger (DESIGN.md §1).
+// compute time when that is larger (docs/STREAMING.md, "What `--stats` reports").
 #pragma once
 
 #include <array>

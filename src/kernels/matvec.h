@@ -37,8 +37,8 @@ void MatVecMxfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows, int
 void MatMulMxfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
                  const float* x, int64_t n, float* y);
 
-// Row-int8 weights (spec §3.6): q int8 [rows, cols] and one fp32 scale per row (the stored f16
-// scale, widened); y[r] = scales[r] · Σ_c q[r,c]·x[c], the sum in the order above.
+// Row-int8 weights (docs/MODEL.md §3.6): q int8 [rows, cols] and one fp32 scale per row (the stored
+// f16 scale, widened); y[r] = scales[r] · Σ_c q[r,c]·x[c], the sum in the order above.
 void MatVecI8(const int8_t* q, const float* scales, int64_t rows, int64_t cols, const float* x,
               float* y);
 void MatMulI8(const int8_t* q, const float* scales, int64_t rows, int64_t cols, const float* x,

@@ -1,5 +1,5 @@
-// Row-int8 kernels (spec §3.6: int8 weights, one fp32 scale per row, fp32 activations), compiled
-// once per Highway target (simd_targets.h). HWY_SCALAR calls the scalar reference.
+// Row-int8 kernels (docs/MODEL.md §3.6: int8 weights, one fp32 scale per row, fp32 activations),
+// compiled once per Highway target (simd_targets.h). HWY_SCALAR calls the scalar reference.
 #include "kernels/simd_targets.h"
 // Highway's per-target recompilation of this file.
 #undef HWY_TARGET_INCLUDE

@@ -60,7 +60,7 @@ void ForwardPass::Reset() {
   for (auto& m : mla_) m.length = 0;
 }
 
-// The AttnRes sources of position t: its anchors, then its running partial (spec §4.3).
+// The AttnRes sources of position t: its anchors, then its running partial (docs/MODEL.md §4.3).
 const float* const* ForwardPass::Sources(int64_t t, int64_t n_anchors) {
   const int64_t h = c_.hidden_size;
   for (int64_t j = 0; j < n_anchors; ++j) {

@@ -1,4 +1,4 @@
-// The whole-model forward pass over a chunk of consecutive positions (spec §4.9), and the
+// The whole-model forward pass over a chunk of consecutive positions (docs/MODEL.md §4.9), and the
 // per-sequence state it advances.
 //
 // Layer-major: every layer processes all positions of the chunk before the next layer runs, so

@@ -10,7 +10,7 @@ namespace deltafin {
 
 namespace {
 
-// fla's in-kernel l2norm: u / sqrt(Σu² + 1e-6) (spec §4.4).
+// fla's in-kernel l2norm: u / sqrt(Σu² + 1e-6) (docs/MODEL.md §4.4).
 constexpr float kL2NormEps = 1e-6f;
 
 // Causal depthwise conv over [history (K-1 rows, oldest first), current] then SiLU, in place on
@@ -208,7 +208,8 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
       L2Normalize(qh, dim, q_scale);
       L2Normalize(kh, dim, 1.0f);
       const float beta = Sigmoid(s->beta[static_cast<size_t>(t * heads + h)]);
-      // Log-decay g = lower_bound·σ(exp(A_log[h])·(f + dt_bias)), one A per head (spec §4.4).
+      // Log-decay g = lower_bound·σ(exp(A_log[h])·(f + dt_bias)), one A per head (docs/MODEL.md
+      // §4.4).
       const float a = w.a_exp[static_cast<size_t>(h)];
       for (int64_t d = 0; d < dim; ++d) {
         gh[d] = std::exp(c.gate_lower_bound * Sigmoid(a * (gh[d] + w.dt_bias[h * dim + d])));

@@ -1,4 +1,4 @@
-// Kimi Delta Attention (spec §4.4): the recurrent attention of 69 of K3's 93 layers.
+// Kimi Delta Attention (docs/MODEL.md §4.4): the recurrent attention of 69 of K3's 93 layers.
 //
 // Per position and head: q, k, v projections go through a causal depthwise conv (width K, tap K-1
 // = current position) and SiLU; q and k are l2-normalised (q also scaled by 1/sqrt(head_dim)); the

@@ -11,7 +11,7 @@ namespace deltafin {
 
 namespace {
 // The HF reference builds the two LoRA norms without an eps argument: class default 1e-6
-// (spec §4.2, §6.3 #2). Every other norm uses rms_norm_eps.
+// (docs/MODEL.md §4.2, §6.3 #2). Every other norm uses rms_norm_eps.
 constexpr float kLoraNormEps = 1e-6f;
 }  // namespace
 
@@ -68,8 +68,8 @@ Status MlaForward(const ModelConfig& c, const MlaWeights& w, const float* x, int
   const float scale = 1.0f / std::sqrt(static_cast<float>(qdim));
   const int64_t row_stride = nope + vdim;  // kv_b_proj rows per head
   // kv_b_proj is read in absorbed form (per-head sub-blocks, one of them transposed), so it stays
-  // BF16 even with the row-int8 spine: a departure from spec §3.6 that can only make int8 mode
-  // more accurate (docs/INT8.md).
+  // BF16 even with the row-int8 spine: a departure from docs/MODEL.md §3.6 that can only make int8
+  // mode more accurate (docs/INT8.md).
   for (int64_t t = 0; t < n; ++t) {
     const int64_t visible = start + t + 1;
     float* o = s->out.data() + t * heads * vdim;

@@ -1,10 +1,10 @@
-// Multi-head Latent Attention with NoPE and an output gate (spec §4.5), absorbed form.
+// Multi-head Latent Attention with NoPE and an output gate (docs/MODEL.md §4.5), absorbed form.
 //
 // The cache keeps, per position, only the normalised KV latent c_kv [kv_lora] and the shared,
 // unrotated rope-part key r [rope] (55 KB/token for K3 instead of 2.8 MB expanded). Scores use
 // q_lat_h = W_UK_hᵀ·q_nope_h against c_kv, plus q_rope_h·r; values are formed in latent space and
 // expanded once per head with W_UV_h. Algebraically identical to the expanded form; rounding
-// differs at ~1e-8 (accepted by spec §6.3 #12).
+// differs at ~1e-8 (accepted by docs/MODEL.md §6.3 #12).
 #pragma once
 
 #include <cstdint>

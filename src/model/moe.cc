@@ -207,7 +207,7 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
     Charge(timer, wait);
   }
 
-  // Combine in selection order: acc += w_e·y_e (spec §6.1), then the latent norm.
+  // Combine in selection order: acc += w_e·y_e (docs/MODEL.md §6.1), then the latent norm.
   for (int64_t t = 0; t < n; ++t) {
     float* r = s->r.data() + t * latent;
     std::fill(r, r + latent, 0.0f);

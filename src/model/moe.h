@@ -1,5 +1,5 @@
 // Feed-forward blocks: the gated SiTU MLP (dense layer 0 and the fused shared experts) and the
-// LatentMoE block of layers ≥ first_k_dense_replace (spec §4.6–§4.7).
+// LatentMoE block of layers ≥ first_k_dense_replace (docs/MODEL.md §4.6–§4.7).
 //
 // LatentMoE for one position: route on x; z = latent_down·x once; each selected expert runs
 // y_e = W2·SiTU(W1·z, W3·z) in the latent space with MXFP4 weights; r = Σ w_e·y_e in selection

@@ -1,4 +1,4 @@
-// Element-wise and small reduction ops of the K3 forward pass (spec §4), in fp32.
+// Element-wise and small reduction ops of the K3 forward pass (docs/MODEL.md §4), in fp32.
 // Each one is written to match the reference's operation order; comments say where that matters.
 #pragma once
 
@@ -21,13 +21,14 @@ void SituInPlace(float* gate, const float* up, int64_t n, float beta, float line
 // Numerically safe in-place softmax (max-subtracted, fp32).
 void SoftmaxInPlace(float* x, int64_t n);
 
-// Block Attention Residuals mix (spec §4.3): sources[j] are n_sources vectors of width `width`
-// (the running partial last); score_j = Σ_d rms_normalise(v_j)[d]·query[d]; α = softmax(score);
-// out = Σ_j α_j·v_j over the un-normalised sources. `alpha` receives the weights if non-null.
+// Block Attention Residuals mix (docs/MODEL.md §4.3): sources[j] are n_sources vectors of width
+// `width` (the running partial last); score_j = Σ_d rms_normalise(v_j)[d]·query[d]; α =
+// softmax(score); out = Σ_j α_j·v_j over the un-normalised sources. `alpha` receives the weights if
+// non-null.
 void AttnResMix(const float* const* sources, int64_t n_sources, const float* query, int64_t width,
                 float eps, float* out, float* alpha = nullptr);
 
-// Router (spec §4.7): sigmoid scores, correction bias for selection only, optional grouped
+// Router (docs/MODEL.md §4.7): sigmoid scores, correction bias for selection only, optional grouped
 // top-k (group score = sum of the group's 2 best selection scores; best groups kept, ties to the
 // lower group id), top-k among experts of kept groups (ties to the lower expert id), weights from
 // the raw scores renormalised with +1e-20 and multiplied by the scaling factor.

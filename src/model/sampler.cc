@@ -86,36 +86,15 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const uint8_t> 
 }
 
 int32_t Sampler::AcceptOrResample(std::span<const float> logits, int32_t draft, bool* accepted) {
-  const size_t keep = Prepare(logits, {});
-  if (keep == 0) {
-    const int32_t best = ArgmaxToken(logits);
-    *accepted = best == draft;
-    return best;
-  }
-  double kept = 0, p_draft = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    kept += probs_[i];
-    if (cand_[i].second == draft) p_draft = probs_[i];
-  }
-  // Accept with probability p(draft) = p_draft / kept.
-  if (Uniform() * kept < p_draft) {
-    *accepted = true;
-    return draft;
-  }
-  *accepted = false;
-  // The residual: the kept candidates without the draft, renormalised.
-  const double rest = kept - p_draft;
-  const double u = Uniform() * rest;
-  double acc = 0;
-  size_t last = keep;
-  for (size_t i = 0; i < keep; ++i) {
-    if (cand_[i].second == draft) continue;
-    last = i;
-    acc += probs_[i];
-    if (u < acc) return cand_[i].second;
-  }
-  // Rounding left u at the top: the last non-draft candidate (a draft of mass 1 is always kept).
-  return last < keep ? cand_[last].second : draft;
+  // The token of this position is drawn exactly as Sample draws it (one uniform number, inverse
+  // CDF over the processed distribution); the draft is kept iff it is that token. So the token
+  // has distribution p (P(keep d) = p(d), as in the accept-then-resample rule), and, since every
+  // emitted token takes exactly one draw whether it came from a verify row or a plain step, a
+  // seed gives the same tokens with speculation on or off, however many drafts each pass checked
+  // (the verify rows' logits are bit-identical to plain decoding's).
+  const int32_t token = Sample(logits);
+  *accepted = token == draft;
+  return token;
 }
 
 }  // namespace deltafin

@@ -48,6 +48,11 @@ Speculator::Speculator(Session* session, Drafter* drafter, const SpeculateOption
   }
 }
 
+double Speculator::Now() const {
+  if (options_.clock) return options_.clock();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 void Speculator::Start(std::span<const int32_t> prompt) {
   context_.assign(prompt.begin(), prompt.end());
   has_next_ = false;
@@ -162,10 +167,8 @@ Status Speculator::Step(Sampler& sampler, int64_t max_tokens, std::vector<int32_
     proposed = drafter_->Propose(context_, {rows_.data() + 1, static_cast<size_t>(limit)});
   }
   const int64_t k = ChooseDrafts(proposed);
-  const auto t_start = std::chrono::steady_clock::now();
-  const auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-  };
+  const double t_start = Now();
+  const auto elapsed = [&] { return Now() - t_start; };
   if (k == 0) {
     DF_RETURN_IF_ERROR(session_->Decode(t0));
     const double seconds = elapsed();

@@ -1,10 +1,10 @@
 // A small, deterministic byte-level BPE vocabulary and the two tokenizer files K3 ships with it.
 //
 // make-model needs tokenizer files with exactly the structure of a real K3 download
-// (`tiktoken.model` + `tokenizer_config.json`, spec §5.1–5.2) but far fewer ranks, so the engine's
-// tokenizer is exercised through the same code path as with the real 163,584-rank file. The
-// vocabulary is built from data compiled into the binary, never from the network or the seed, so
-// every generated model of a given vocabulary size carries the same tokenizer:
+// (`tiktoken.model` + `tokenizer_config.json`, docs/MODEL.md §5.1–5.2) but far fewer ranks, so the
+// engine's tokenizer is exercised through the same code path as with the real 163,584-rank file.
+// The vocabulary is built from data compiled into the binary, never from the network or the seed,
+// so every generated model of a given vocabulary size carries the same tokenizer:
 //
 //   ranks 0..255   the single bytes (rank = byte value), as in every tiktoken file;
 //   then           merges learned by a plain BPE trainer on an embedded English text (so ASCII
@@ -23,10 +23,11 @@
 
 namespace deltafin {
 
-// K3 reserves 256 special ids after the BPE ranks (spec §5.1).
+// K3 reserves 256 special ids after the BPE ranks (docs/MODEL.md §5.1).
 inline constexpr int64_t kNumSpecialTokens = 256;
 
-// Offsets of the named specials from the first special id (K3: 163584 + offset, spec §5.2).
+// Offsets of the named specials from the first special id (K3: 163584 + offset, docs/MODEL.md
+// §5.2).
 inline constexpr int64_t kBosOffset = 0;                // [BOS]
 inline constexpr int64_t kEosOffset = 2;                // <|end_of_msg|>: config eos / stop token
 inline constexpr int64_t kMediaPlaceholderOffset = 21;  // <|media_pad|>

@@ -47,7 +47,7 @@ static_assert(std::endian::native == std::endian::little,
 // config.json
 // ---------------------------------------------------------------------------------------------
 
-// The numbers that differ between presets; everything else is K3's value (spec §1).
+// The numbers that differ between presets; everything else is K3's value (docs/MODEL.md §1).
 struct PresetDims {
   int64_t vocab_size;
   int64_t hidden_size;
@@ -153,10 +153,10 @@ const PresetDims* FindPreset(const std::string& name) {
   return nullptr;
 }
 
-// The vision tower and projector (spec §2.1, §2.9: 165 vision_tower.* + 3 mm_projector.* tensors,
-// about 0.8 GB). The text engine never reads them; their shapes are plausible (a 27-block ViT of
-// width 1152 and MLP 4304, 14x14 patches, a 2x2-merge projector into the text width), not K3's
-// published ones, which the spec does not pin.
+// The vision tower and projector (docs/MODEL.md §2.1, §2.9: 165 vision_tower.* + 3 mm_projector.*
+// tensors, about 0.8 GB). The text engine never reads them; their shapes are plausible (a 27-block
+// ViT of width 1152 and MLP 4304, 14x14 patches, a 2x2-merge projector into the text width), not
+// K3's published ones, which the spec does not pin.
 constexpr int64_t kVisionWidth = 1152;
 constexpr int64_t kVisionMlp = 4304;
 constexpr int64_t kVisionBlocks = 27;
@@ -318,8 +318,8 @@ Status ApplyOverride(const std::string& text, ordered_json* tc, std::set<std::st
   return Status::Ok();
 }
 
-// Sets the fields other fields determine: the KDA/MLA schedule (K3 rule, spec §1.5) and the token
-// ids (first special id S = vocab_size - 256; spec §5.2 offsets).
+// Sets the fields other fields determine: the KDA/MLA schedule (K3 rule, docs/MODEL.md §1.5) and
+// the token ids (first special id S = vocab_size - 256; docs/MODEL.md §5.2 offsets).
 Status SetDerivedFields(ordered_json* root, const std::set<std::string>& touched) {
   ordered_json& tc = (*root)["text_config"];
   if (touched.count("num_attention_heads") && !touched.count("num_key_value_heads")) {
@@ -460,7 +460,7 @@ void FillSpineBytes(const Init& init, DType dtype, uint64_t seed, uint64_t byte_
     }
     case Init::kALog:
       // exp(A_log[h]) uniform in [0.6, 2.7] for the real heads (the range seen in K3); the
-      // padding entries are exactly 0, as in the real checkpoint (spec §2.4).
+      // padding entries are exactly 0, as in the real checkpoint (docs/MODEL.md §2.4).
       EmitElements(dtype, first, last, dst, [&](uint64_t i) {
         if (static_cast<int64_t>(i) >= init.real_entries) return 0.0f;
         return static_cast<float>(std::log(0.6 + 2.1 * double(UnitFromBits(Draw(seed, i)))));
@@ -469,8 +469,8 @@ void FillSpineBytes(const Init& init, DType dtype, uint64_t seed, uint64_t byte_
   }
 }
 
-// MXFP4 packed bytes: uniformly random E2M1 nibbles, 16 per draw (spec §3.2 layout needs nothing
-// else: any byte is two valid codes).
+// MXFP4 packed bytes: uniformly random E2M1 nibbles, 16 per draw (docs/MODEL.md §3.2 layout needs
+// nothing else: any byte is two valid codes).
 void FillPackedBytes(uint64_t seed, uint64_t begin, uint64_t end, uint8_t* dst) {
   uint64_t i = begin;
   for (; i < end && (i & 7) != 0; ++i) {
@@ -575,8 +575,8 @@ uint64_t SpecBytes(const TensorSpec& s) {
 }
 
 // Sorts one layer's expert tensor names the way the writer orders a shard and returns the expert
-// ids in that order. It also checks what the engine relies on (spec §2.8): each expert's six
-// tensors come out adjacent and in roster order, so an expert is one contiguous span.
+// ids in that order. It also checks what the engine relies on (docs/MODEL.md §2.8): each expert's
+// six tensors come out adjacent and in roster order, so an expert is one contiguous span.
 Result<std::vector<int64_t>> ExpertFileOrder(const ModelConfig& c, int64_t layer) {
   struct Entry {
     std::string name;

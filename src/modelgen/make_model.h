@@ -1,9 +1,9 @@
 // make-model: writes a deterministic, randomly initialised checkpoint with K3's exact on-disk
-// layout (spec §1–§2, §5.1–5.2), for tests, demos and benchmarks.
+// layout (docs/MODEL.md §1–§2, §5.1–5.2), for tests, demos and benchmarks.
 //
-// The output must load through the same code path as a real K3 download (DESIGN.md §5), so it
-// reproduces every layout fact an engine could depend on: the kimi_k3/kimi_linear config with its
-// quantization_config, K3 tensor names from the shared roster (tensor_roster.h), BF16/F32/U8
+// The output must load through the same code path as a real K3 download (docs/VERIFICATION.md), so
+// it reproduces every layout fact an engine could depend on: the kimi_k3/kimi_linear config with
+// its quantization_config, K3 tensor names from the shared roster (tensor_roster.h), BF16/F32/U8
 // dtypes, `model-NNNNN-of-MMMMMM.safetensors` shard names, tensors ordered inside a shard like
 // common writers (dtype width descending, then name), each MoE layer's experts in one shard with
 // each expert's six tensors contiguous, an index sorted by name, and the tokenizer files.
@@ -15,19 +15,18 @@
 // nibbles plus per-group scale bytes (no float quantisation), so writing the 17 GB `bench` preset
 // runs at disk speed.
 //
-// Presets: `tiny` (spec §7 with a 1024-entry vocabulary), `bench` (docs/PERFORMANCE.md
-// "Benchmark definitions") and `k3` (K3's real text dimensions, spec §1, and its real file layout:
-// 96 shards = 3 spine shards + 92 expert shards + 1 shard of vision tensors, §2.1; 1.56 TB, so it
-// is only ever written sparse).
-// Sparse mode (`sparse`) writes every header and index exactly as usual but leaves all tensor data
-// as holes (zeros) by seeking instead of writing: the files have their full sizes and cost only
-// metadata. Zero data passes every load check (A_log padding must be 0; zero A_log entries are
-// finite); MXFP4 scale bytes of 0 are outside the engine's exact range, so a sparse model runs
-// with the scale audit off and unverified expert reads. Sparse models exist to exercise layout,
-// I/O paths and memory plans at full size, not numerics (their logits are all zero).
-// Overrides `key=value` replace text_config fields by name; `linear_attn_config.<field>` reaches
-// the nested object; `num_hidden_layers` regenerates K3's KDA/MLA schedule and `vocab_size` moves
-// the special-token ids.
+// Presets: `tiny` (docs/MODEL.md §7 with a 1024-entry vocabulary), `bench` (docs/PERFORMANCE.md
+// "Benchmark definitions") and `k3` (K3's real text dimensions, docs/MODEL.md §1, and its real file
+// layout: 96 shards = 3 spine shards + 92 expert shards + 1 shard of vision tensors, §2.1; 1.56 TB,
+// so it is only ever written sparse). Sparse mode (`sparse`) writes every header and index exactly
+// as usual but leaves all tensor data as holes (zeros) by seeking instead of writing: the files
+// have their full sizes and cost only metadata. Zero data passes every load check (A_log padding
+// must be 0; zero A_log entries are finite); MXFP4 scale bytes of 0 are outside the engine's exact
+// range, so a sparse model runs with the scale audit off and unverified expert reads. Sparse models
+// exist to exercise layout, I/O paths and memory plans at full size, not numerics (their logits are
+// all zero). Overrides `key=value` replace text_config fields by name; `linear_attn_config.<field>`
+// reaches the nested object; `num_hidden_layers` regenerates K3's KDA/MLA schedule and `vocab_size`
+// moves the special-token ids.
 #pragma once
 
 #include <cstdint>

@@ -18,7 +18,7 @@ namespace deltafin {
 
 inline constexpr int kMxfp4GroupSize = 32;
 // Scale bytes outside this range make the fast exponent-add kernels inexact; we refuse them
-// (spec §3.3) rather than carry a slow path nobody's checkpoint needs.
+// (docs/MODEL.md §3.3) rather than carry a slow path nobody's checkpoint needs.
 inline constexpr uint8_t kMinMxfp4Scale = 2;
 inline constexpr uint8_t kMaxMxfp4Scale = 252;
 

@@ -1,5 +1,5 @@
 // IEEE binary16 (f16) conversions and the row-int8 quantizer of the optional row-int8 spine
-// (spec §3.6, docs/INT8.md).
+// (docs/MODEL.md §3.6, docs/INT8.md).
 //
 // Per row: widen BF16 -> fp32; m = max |w|; scale = m / 127 in fp32 (1 when m == 0);
 // q = clamp(round_half_even(w / scale), -127, 127). The stored scale is f16(scale): quantization

@@ -1,9 +1,9 @@
 // Where the routed experts sit inside a safetensors shard, from its header alone.
 //
 // A routed-expert tensor is named language_model.model.layers.{L}.block_sparse_moe.experts.{E}.*;
-// the tensors of one (L, E) must be back to back (spec §2.8), which makes the expert one span of
-// bytes: one ranged GET in a stream install. Everything else in the shard (header, spine tensors,
-// any gap) is the shard's "resident" part that a stream install fetches at setup.
+// the tensors of one (L, E) must be back to back (docs/MODEL.md §2.8), which makes the expert one
+// span of bytes: one ranged GET in a stream install. Everything else in the shard (header, spine
+// tensors, any gap) is the shard's "resident" part that a stream install fetches at setup.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 // The writer of the row-int8 spine (`deltafin convert-spine-int8`): converts a checkpoint's spine
-// linears (spec §3.6) into <model>/spine-int8/, the layout weights/spine_int8.h reads at run time
+// linears (docs/MODEL.md §3.6) into <model>/spine-int8/, the layout weights/spine_int8.h reads at
+// run time
 // (--spine int8) and docs/INT8.md describes.
 //
 // Crash-safe and resumable: each file is written with io/durable_file.h ("<final>.tmp", fsync,

@@ -1,6 +1,6 @@
 // Byte-level BPE over one pre-tokenized piece: start from single bytes and repeatedly merge the
 // adjacent pair whose concatenation has the lowest rank (leftmost on ties) until no adjacent pair
-// is a token (spec §5.3 step 4; tiktoken's byte_pair_merge).
+// is a token (docs/MODEL.md §5.3 step 4; tiktoken's byte_pair_merge).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
-// K3's chat template (XTML, spec §5.4) and its reverse: splitting generated ids into reasoning,
-// response content and tool calls.
+// K3's chat template (XTML, docs/MODEL.md §5.4) and its reverse: splitting generated ids into
+// reasoning, response content and tool calls.
 //
 // A rendered chat is a list of segments. Structural markers (<|open|>, <|close|>, <|sep|>,
 // <|end_of_msg|>) are special segments and become their ids directly; every other piece (tag

@@ -1,4 +1,4 @@
-// Reverse of the chat template: generated ids → reasoning, content, tool calls (spec §5.4,
+// Reverse of the chat template: generated ids → reasoning, content, tool calls (docs/MODEL.md §5.4,
 // "Model output shape"). Structure is carried only by special ids, so the parser never has to
 // guess whether some text is a marker; text is streamed through a UTF-8 decoder that holds back
 // partial characters, which makes every delta safe to show as it arrives.

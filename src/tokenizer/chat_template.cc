@@ -1,4 +1,4 @@
-// Rendering of K3's XTML chat template (spec §5.4) into segments, and their encoding.
+// Rendering of K3's XTML chat template (docs/MODEL.md §5.4) into segments, and their encoding.
 #include <algorithm>
 #include <map>
 

@@ -38,12 +38,8 @@ std::vector<Span> KimiSplit(std::string_view text, size_t max_chars, size_t max_
   return spans;
 }
 
-InputSplit DefaultInputSplit(PatternKind pattern) {
-  return pattern == PatternKind::kK3 ? InputSplit::kKimi : InputSplit::kNone;
-}
-
 Result<std::unique_ptr<Tokenizer>> Tokenizer::Create(Vocab vocab, PatternKind pattern) {
-  return Create(std::move(vocab), pattern, DefaultInputSplit(pattern));
+  return Create(std::move(vocab), pattern, InputSplit::kNone);
 }
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::Create(Vocab vocab, PatternKind pattern,
@@ -57,7 +53,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::LoadModelDir(const std::string& di
   const std::string config_path = dir + "/tokenizer_config.json";
   DF_ASSIGN_OR_RETURN(std::string config, ReadFileToString(config_path));
   DF_RETURN_IF_ERROR(vocab.LoadSpecialsFromConfig(config, config_path));
-  return Create(std::move(vocab), PatternKind::kK3);
+  return Create(std::move(vocab), PatternKind::kK3, InputSplit::kKimi);
 }
 
 int32_t Tokenizer::SpecialId(std::string_view content) const {
@@ -85,7 +81,7 @@ Status Tokenizer::EncodeSpan(std::string_view text, const EncodeOptions& options
   const bool any_special = options.allow_all_special || !options.allowed_special.empty();
   if (!any_special) return EncodeOrdinary(text, options.threads, out);
   // Leftmost special spelling wins; at one position the longest (spellings are meant to be
-  // prefix-free, spec §5.3, so this only fixes a rule for odd vocabularies).
+  // prefix-free, docs/MODEL.md §5.3, so this only fixes a rule for odd vocabularies).
   std::vector<const SpecialToken*> allowed;
   for (const SpecialToken& s : vocab_.specials()) {
     if (options.allow_all_special ||

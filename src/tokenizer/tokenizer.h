@@ -1,7 +1,7 @@
-// Tokenizer: K3's encode/decode (spec §5.3) over a Vocab and a PreTokenizer.
+// Tokenizer: K3's encode/decode (docs/MODEL.md §5.3) over a Vocab and a PreTokenizer.
 //
-// Encode = validate UTF-8 → (K3 only) split into slices of ≤ 400,000 code points and runs of
-// ≤ 25,000 (non-)whitespace characters (tokenization_kimi.py) → optionally cut at allowed
+// Encode = validate UTF-8 → (a K3 model folder only) split into slices of ≤ 400,000 code points and
+// runs of ≤ 25,000 (non-)whitespace characters (tokenization_kimi.py) → optionally cut at allowed
 // special-token spellings → pre-tokenize → BPE. Long ordinary spans can be encoded on several
 // threads with identical results (see EncodeOrdinary in tokenizer.cc).
 #pragma once
@@ -27,19 +27,20 @@ struct EncodeOptions {
   int threads = 1;
 };
 
-// How Encode cuts its input before anything else. The Kimi rule is part of K3's tokenizer
-// (tokenization_kimi.py wraps tiktoken with it), not of tiktoken: tiktoken's own encodings
-// (cl100k_base, o200k_base) pre-tokenize the whole text, so a run of 25,001+ spaces stays one
-// run there and cutting it would change the ids.
+// How Encode cuts its input before anything else. The Kimi rule belongs to K3's tokenizer
+// (tokenization_kimi.py wraps tiktoken with it, so a K3 model folder gets it), not to tiktoken or
+// to a pattern: tiktoken pre-tokenizes the whole text with any pattern, K3's included, so a run of
+// 25,001+ spaces stays one run there and cutting it would change the ids wherever the vocabulary
+// merges long space runs.
 enum class InputSplit { kNone, kKimi };
-// kKimi for K3's pattern, kNone for cl100k and o200k.
-InputSplit DefaultInputSplit(PatternKind pattern);
 
 class Tokenizer {
  public:
-  // A model folder: tiktoken.model + tokenizer_config.json, K3's pattern and splitting rule.
+  // A model folder: tiktoken.model + tokenizer_config.json, K3's pattern and the Kimi split (K3's
+  // tokenizer, tokenization_kimi.py).
   static Result<std::unique_ptr<Tokenizer>> LoadModelDir(const std::string& dir);
-  // The pattern's own splitting rule (DefaultInputSplit).
+  // tiktoken's rule: the whole text is pre-tokenized at once (InputSplit::kNone), whatever the
+  // pattern.
   static Result<std::unique_ptr<Tokenizer>> Create(Vocab vocab, PatternKind pattern);
   static Result<std::unique_ptr<Tokenizer>> Create(Vocab vocab, PatternKind pattern,
                                                    InputSplit split);

@@ -123,7 +123,7 @@ Result<Vocab> Vocab::FromTiktoken(std::string_view text, const std::string& name
                            std::to_string(v.map_.Find(v.tokens_[r])));
     }
   }
-  // Byte-level BPE starts from single bytes, so every byte must be a token (spec §5.1).
+  // Byte-level BPE starts from single bytes, so every byte must be a token (docs/MODEL.md §5.1).
   for (int b = 0; b < 256; ++b) {
     const char c = static_cast<char>(b);
     if (v.map_.Find(&c, 1) == kNoRank) {

@@ -63,7 +63,7 @@ class Vocab {
 
   // Reads added_tokens_decoder of a tokenizer_config.json. Every id must lie in
   // [num_ranks, num_ranks + kNumReserved): K3 reserves 256 ids after the ranks, whose spellings
-  // default to <|reserved_token_{id}|> (spec §5.1). Ids elsewhere are an error.
+  // default to <|reserved_token_{id}|> (docs/MODEL.md §5.1). Ids elsewhere are an error.
   Status LoadSpecialsFromConfig(std::string_view json_text, const std::string& name);
   // Adds special tokens directly (cl100k/o200k style vocabularies, tests).
   Status AddSpecial(const std::string& content, uint32_t id);

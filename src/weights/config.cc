@@ -127,7 +127,7 @@ Status ParseQuantization(const json& q, const std::string& label) {
   return Status::Ok();
 }
 
-// Every K3 number from spec §1; a config with K3's hidden size must match all of them.
+// Every K3 number from docs/MODEL.md §1; a config with K3's hidden size must match all of them.
 Status CheckFullK3(const ModelConfig& c, const std::string& label) {
   struct Want {
     const char* field;

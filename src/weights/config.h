@@ -1,10 +1,11 @@
 // ModelConfig: the parts of a K3 config.json the text forward pass needs, parsed and validated.
 //
 // The checkpoint's config is a VLM wrapper (root `model_type: kimi_k3`) with the text model in
-// `text_config` (spec §1). Parsing refuses, naming the field, anything the engine cannot run: a
-// missing field, a value of the wrong type, a flag we do not implement (e.g. RoPE MLA), a layer
-// schedule that does not partition the layers. A config with K3's hidden size must also match every
-// other K3 number (spec §1–§2), so a half-edited real config cannot load as "some other model".
+// `text_config` (docs/MODEL.md §1). Parsing refuses, naming the field, anything the engine cannot
+// run: a missing field, a value of the wrong type, a flag we do not implement (e.g. RoPE MLA), a
+// layer schedule that does not partition the layers. A config with K3's hidden size must also match
+// every other K3 number (docs/MODEL.md §1–§2), so a half-edited real config cannot load as "some
+// other model".
 #pragma once
 
 #include <cstdint>

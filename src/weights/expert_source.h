@@ -6,8 +6,8 @@
 //   Prefetch(layer', ...)   a guess of a later layer's experts (sources already in RAM ignore it)
 //   WaitAny()               an expert of the set whose bytes are in RAM, and its span
 //   End()                   releases the set
-// The span is the expert's six tensors back to back (weights/weights.h, ExpertLayout; spec §2.8)
-// and stays valid until End(). Implementations:
+// The span is the expert's six tensors back to back (weights/weights.h, ExpertLayout; docs/MODEL.md
+// §2.8) and stays valid until End(). Implementations:
 //   MappedExperts    the shards' mapped bytes (every expert in RAM or the page cache)
 //   ExpertStreamer   direct reads into a byte-budgeted slot cache (weights/expert_streamer.h)
 //   FetchingExperts  a stream install: missing experts are fetched over HTTP into the local

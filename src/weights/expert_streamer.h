@@ -1,12 +1,12 @@
 // ExpertStreamer: routed experts read from disk on demand into a byte-budgeted RAM cache, with
-// best-effort prefetch (DESIGN.md §3, issue "expert streaming"). Its reads run on the engine's
+// best-effort prefetch (docs/STREAMING.md, issue "expert streaming"). Its reads run on the engine's
 // IoScheduler (weights/io_scheduler.h): demand reads at the highest priority, guesses at the
 // lowest, with a streamed spine's reads between them.
 //
 // The cache is a fixed set of slots, each an aligned buffer that holds one expert span (the six
-// contiguous tensors, spec §2.8) read with one positional read. The scheduler's threads drain two
-// queues: demand reads (experts a layer needs now) before prefetch reads (guesses). The forward
-// pass, for each MoE layer:
+// contiguous tensors, docs/MODEL.md §2.8) read with one positional read. The scheduler's threads
+// drain two queues: demand reads (experts a layer needs now) before prefetch reads (guesses). The
+// forward pass, for each MoE layer:
 //   Begin(layer, experts)  hits stay, misses are queued (queued guesses for them are promoted,
 //                          stale guesses for this layer are cancelled); all are pinned
 //   Prefetch(layer+1, ...) guesses for the next layer, queued behind the demand reads

@@ -1,4 +1,4 @@
-// The memory planner: how the engine divides its RAM budget (DESIGN.md §3 "Memory").
+// The memory planner: how the engine divides its RAM budget (docs/STREAMING.md, "Memory plan").
 //
 // The budget is --mem-limit, or the machine's memory (the cgroup v2 memory.max or cgroup v1
 // memory.limit_in_bytes of this process when lower than physical memory) minus headroom for the

@@ -1,5 +1,5 @@
-// The row-int8 spine (spec §3.6, docs/INT8.md): which tensors it covers, its on-disk layout, and
-// loading it at run time (--spine int8).
+// The row-int8 spine (docs/MODEL.md §3.6, docs/INT8.md): which tensors it covers, its on-disk
+// layout, and loading it at run time (--spine int8).
 //
 // On-disk layout, written by `deltafin convert-spine-int8` into <model>/spine-int8/:
 //   <tensor name>.i8   int8 [rows, cols] row-major, q[r,c] (no header)

@@ -1,6 +1,7 @@
 // The K3 tensor roster: every tensor a text checkpoint must contain, with dtype and shape, derived
-// from a ModelConfig (spec §2). One list serves both sides of the format: the loader validates a
-// checkpoint against it and make-model writes exactly it, so the two cannot drift apart.
+// from a ModelConfig (docs/MODEL.md §2). One list serves both sides of the format: the loader
+// validates a checkpoint against it and make-model writes exactly it, so the two cannot drift
+// apart.
 #pragma once
 
 #include <cstdint>

@@ -99,7 +99,7 @@ AlignedBuffer<float> WidenBf16(const TensorView& v) {
   return out;
 }
 
-// The AttnRes pseudo-query w = norm_w ⊙ proj_w (spec §4.3), folded once at load.
+// The AttnRes pseudo-query w = norm_w ⊙ proj_w (docs/MODEL.md §4.3), folded once at load.
 AlignedBuffer<float> ResQuery(const TensorView& norm, const TensorView& proj) {
   AlignedBuffer<float> w = WidenBf16(norm);
   const auto* p = reinterpret_cast<const uint16_t*>(proj.data);
@@ -124,7 +124,8 @@ Status BindKda(const ModelConfig& c, int64_t layer, const Binder& b, KdaWeights*
   k->g_proj = Matrix(t("g_proj.weight"));
   k->o_norm = F32(t("o_norm.weight"));
   k->o_proj = Matrix(t("o_proj.weight"));
-  // A_log is per head (spec §4.4, §6.3 #1): entries past the head count are padding and must be 0.
+  // A_log is per head (docs/MODEL.md §4.4, §6.3 #1): entries past the head count are padding and
+  // must be 0.
   const TensorView& a_log = t("A_log");
   const float* a = F32(a_log);
   k->a_exp.Resize(static_cast<size_t>(c.kda_heads));

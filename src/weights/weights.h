@@ -5,7 +5,7 @@
 // bytes, widened on the fly by the kernels); small vectors (norm weights, AttnRes pseudo-queries)
 // are widened to fp32 once here. Routed experts are recorded as the start of their contiguous
 // span: the six tensors of one expert must sit back to back in roster order, which is what lets an
-// expert be one positional read (spec §2.8).
+// expert be one positional read (docs/MODEL.md §2.8).
 #pragma once
 
 #include <cstdint>
@@ -22,9 +22,9 @@
 namespace deltafin {
 
 // A spine matrix W[rows, cols] used as y = W·x, held as BF16 or as row-int8: `data` is the BF16
-// checkpoint tensor [rows, cols]; with the row-int8 spine (--spine int8, spec §3.6, docs/INT8.md)
-// `q` points at its int8 copy [rows, cols] and `q_scales` at its per-row scales (the stored f16
-// scales widened to fp32), and model/linear.h uses those instead of `data`.
+// checkpoint tensor [rows, cols]; with the row-int8 spine (--spine int8, docs/MODEL.md §3.6,
+// docs/INT8.md) `q` points at its int8 copy [rows, cols] and `q_scales` at its per-row scales (the
+// stored f16 scales widened to fp32), and model/linear.h uses those instead of `data`.
 struct SpineMatrix {
   const uint16_t* data = nullptr;
   int64_t rows = 0;
@@ -33,7 +33,8 @@ struct SpineMatrix {
   const float* q_scales = nullptr;
 };
 
-// Byte offsets of the six tensors inside one expert span (spec §2.8; tiny/bench scale with dims).
+// Byte offsets of the six tensors inside one expert span (docs/MODEL.md §2.8; tiny/bench scale with
+// dims).
 //   [w1 packed | w1 scale | w2 packed | w2 scale | w3 packed | w3 scale]
 //   w1, w3: [inter, latent] (gate, up: latent -> inter); w2: [latent, inter] (down)
 struct ExpertLayout {

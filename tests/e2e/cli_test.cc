@@ -191,7 +191,7 @@ TEST_F(CliTest, PrefillProgressOnRequest) {
 TEST_F(CliTest, SamplingIsReproducibleAndIsTheEngineSampler) {
   const std::string flags =
       " --prompt-ids 72,101,108 --max-new 16 --ignore-eos --temperature 1.3 --top-k 40 --top-p "
-      "0.95 --speculate off";  // speculation draws other random numbers (docs/SPECULATION.md)
+      "0.95 --speculate off";  // on/off give the same ids: SeededSamplingIgnoresSpeculation
   for (const char* name : {"a", "b", "c"}) {
     const std::string seed = std::string(name) == "c" ? "8" : "7";
     auto run =
@@ -261,19 +261,132 @@ TEST_F(CliTest, OutputPathsAreCheckedBeforeTheModelLoads) {
       "--out ");
 }
 
+// The trained demo model (models/k3-kjv-demo) continuing a quoted passage: its continuation
+// copies the prompt, so the n-gram drafter's drafts are verified and often accepted (a random
+// tiny model's output gives it nothing to draft from).
+std::string DemoRun() {
+  const std::string passage =
+      "The beginning of the gospel of Jesus Christ, the Son of God;\n"
+      "As it is written in the prophets, Behold, I send my messenger before thy face, which shall "
+      "prepare thy way before thee.\n"
+      "The voice of one crying in the wilderness, Prepare ye the way of the Lord, make his paths "
+      "straight.\n\nThe beginning of the gospel of";
+  return "run --model " + ShellQuote(DF_DEMO_MODEL_DIR) + " --prompt " + ShellQuote(passage) +
+         " --max-new 40 --ignore-eos";
+}
+bool HaveDemoModel() {
+  return RunShell("test -f " + ShellQuote(std::string(DF_DEMO_MODEL_DIR) + "/config.json"))
+             .exit_code == 0;
+}
+
 // Speculative decoding (docs/SPECULATION.md) gives the same greedy ids as plain decoding, on a
-// prompt whose repeats the n-gram drafter can use, and --stats reports its passes.
+// prompt whose repeats the n-gram drafter can use, and --stats reports its passes; --stats-json
+// carries the same summary (issue 34) and each pass's rows, drafts and accepted drafts.
 TEST_F(CliTest, SpeculationKeepsGreedyIds) {
   const std::string flags =
       " --prompt-ids 72,101,108,72,101,108,72,101,108,72,101 --max-new 40 --ignore-eos";
-  auto off = RunCliStreams(Run(flags + " --speculate off --ids-out " + Path("spec_off.json")));
+  auto off = RunCliStreams(Run(flags + " --speculate off --ids-out " + Path("spec_off.json") +
+                               " --stats-json " + Path("spec_off_stats.json")));
   ASSERT_EQ(off.exit_code, 0) << off.err;
-  auto on = RunCliStreams(
+  auto tiny_on = RunCliStreams(
       Run(flags + " --speculate ngram --draft-max 4 --stats --ids-out " + Path("spec_on.json")));
-  ASSERT_EQ(on.exit_code, 0) << on.err;
+  ASSERT_EQ(tiny_on.exit_code, 0) << tiny_on.err;
   EXPECT_EQ(ReadIds("spec_off.json"), ReadIds("spec_on.json"));
-  EXPECT_EQ(off.out, on.out);
-  EXPECT_HAS_SUBSTR(on.err, "tokens per pass, acceptance");
+  EXPECT_EQ(off.out, tiny_on.out);
+  EXPECT_HAS_SUBSTR(tiny_on.err, "tokens per pass, acceptance");
+  // Off: the summary is there and says so (one row per pass, no drafts).
+  const auto plain = nlohmann::json::parse(ReadTextFile(dir_->Join("spec_off_stats.json")));
+  EXPECT_FALSE(plain.at("speculation").at("enabled").get<bool>());
+  EXPECT_EQ(plain.at("speculation").at("drafted").get<long long>(), 0);
+  EXPECT_EQ(plain.at("speculation").at("passes").get<long long>(), 39);
+
+  // On the demo model, whose drafts are verified: same ids, and the JSON carries the summary.
+  if (!HaveDemoModel()) GTEST_SKIP() << "no demo model";
+  auto demo_off = RunCliStreams(DemoRun() + " --speculate off --ids-out " + Path("demo_off.json"));
+  ASSERT_EQ(demo_off.exit_code, 0) << demo_off.err;
+  auto on = RunCliStreams(DemoRun() + " --speculate ngram --draft-max 4 --stats --ids-out " +
+                          Path("demo_on.json") + " --stats-json " + Path("spec_on_stats.json"));
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  EXPECT_EQ(ReadIds("demo_off.json"), ReadIds("demo_on.json"));
+  EXPECT_EQ(demo_off.out, on.out);
+
+  // The JSON summary equals the printed one and the per-pass counts add up to it.
+  long long passes = 0, accepted = 0, drafted = 0;
+  double per_pass = 0;
+  const size_t mark = on.err.find(" passes, ");
+  ASSERT_NE(mark, std::string::npos) << on.err;
+  const size_t at = on.err.rfind("speculate: ", mark);
+  ASSERT_NE(at, std::string::npos) << on.err;
+  const std::string summary = on.err.substr(at, on.err.find('\n', at) - at);
+  ASSERT_EQ(std::sscanf(summary.c_str(),
+                        "speculate: %lld passes, %lf tokens per pass, acceptance %*f%% (%lld of "
+                        "%lld drafts)",
+                        &passes, &per_pass, &accepted, &drafted),
+            4)
+      << summary;
+  const auto stats = nlohmann::json::parse(ReadTextFile(dir_->Join("spec_on_stats.json")));
+  const auto& spec = stats.at("speculation");
+  EXPECT_TRUE(spec.at("enabled").get<bool>());
+  EXPECT_EQ(spec.at("passes").get<long long>(), passes);
+  EXPECT_EQ(spec.at("accepted").get<long long>(), accepted);
+  EXPECT_EQ(spec.at("drafted").get<long long>(), drafted);
+  EXPECT_NEAR(spec.at("tokens_per_pass").get<double>(), per_pass, 0.005);
+  EXPECT_GT(drafted, 0) << "no drafts on a repeating prompt: the test no longer tests anything";
+  // 40 tokens: the first from the prompt's logits, the other 39 from the passes.
+  EXPECT_EQ(spec.at("tokens").get<long long>(), 39);
+  long long step_passes = 0, step_drafted = 0, step_accepted = 0;
+  for (const auto& step : stats.at("steps")) {
+    if (step.at("kind") == "prefill") continue;
+    ++step_passes;
+    EXPECT_EQ(step.at("rows").get<long long>(), step.at("drafted").get<long long>() + 1);
+    step_drafted += step.at("drafted").get<long long>();
+    step_accepted += step.at("accepted").get<long long>();
+  }
+  EXPECT_EQ(step_passes, passes);
+  EXPECT_EQ(step_drafted, drafted);
+  EXPECT_EQ(step_accepted, accepted);
+}
+
+// `run --seed N --temperature T` is repeatable by construction (issue 33): every emitted token
+// takes one draw from the seed's stream whether a plain step or a verify row produced it, so the
+// ids are the same with --speculate off and ngram, whatever number of drafts the timing-driven
+// policy verifies, and under load (three runs at once). On the demo model continuing a quote, so
+// drafts are verified, and both accepted and rejected.
+TEST_F(CliTest, SeededSamplingIgnoresSpeculation) {
+  if (!HaveDemoModel()) GTEST_SKIP() << "no demo model";
+  int64_t drafted = 0, accepted = 0;
+  for (const char* sampling :
+       {" --temperature 0.8", " --temperature 1.3 --top-k 40 --top-p 0.95"}) {
+    for (const char* seed : {"1", "7"}) {
+      SCOPED_TRACE(std::string(sampling) + " --seed " + seed);
+      const std::string flags = sampling + std::string(" --seed ") + seed;
+      auto off = RunCli(DemoRun() + flags + " --speculate off --ids-out " + Path("seed_off.json"));
+      ASSERT_EQ(off.exit_code, 0) << off.output;
+      auto on = RunCli(DemoRun() + flags + " --speculate ngram --draft-max 4 --ids-out " +
+                       Path("seed_on.json") + " --stats-json " + Path("seed_on_stats.json"));
+      ASSERT_EQ(on.exit_code, 0) << on.output;
+      const auto want = ReadIds("seed_off.json");
+      ASSERT_EQ(want.size(), 40u);
+      EXPECT_EQ(ReadIds("seed_on.json"), want);
+      const auto stats = nlohmann::json::parse(ReadTextFile(dir_->Join("seed_on_stats.json")));
+      drafted += stats.at("speculation").at("drafted").get<int64_t>();
+      accepted += stats.at("speculation").at("accepted").get<int64_t>();
+    }
+  }
+  EXPECT_GT(accepted, 0) << "no draft was accepted: the comparison tests nothing";
+  EXPECT_LT(accepted, drafted) << "no draft was rejected: the resampling path was not taken";
+  // Repeated, three at once: the same ids every time.
+  const std::string flags = " --temperature 0.8 --seed 7";
+  std::string cmd;
+  for (const char* name : {"load_a", "load_b", "load_c"}) {
+    cmd += "timeout 120 " + ShellQuote(DF_BINARY) + " " + DemoRun() + flags +
+           " --speculate ngram --ids-out " + Path(name) + " >/dev/null 2>&1 & ";
+  }
+  ASSERT_EQ(RunShell(cmd + "wait").exit_code, 0);
+  auto seven = RunCli(DemoRun() + flags + " --speculate off --ids-out " + Path("load_off.json"));
+  ASSERT_EQ(seven.exit_code, 0) << seven.output;
+  const auto want = ReadIds("load_off.json");
+  for (const char* name : {"load_a", "load_b", "load_c"}) EXPECT_EQ(ReadIds(name), want) << name;
 }
 
 // A 6-position context fills after the 4th generated token: the text, --ids-out and --stats-json

@@ -1,5 +1,7 @@
 // Replaces the global operator new/delete of this test binary with counting versions, so a test
-// can prove that Session::Decode does not allocate (ds4's decode allocation guard).
+// can prove that Session::Decode, Verify/Commit and Prefill do not allocate (ds4's decode
+// allocation guard). The aligned overloads count too: AlignedBuffer (activations, scratch, cache
+// slots) allocates through ::operator new(n, std::align_val_t{64}).
 #include <atomic>
 #include <cstdlib>
 #include <new>

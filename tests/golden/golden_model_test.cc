@@ -15,6 +15,7 @@
 #include <memory>
 #include <set>
 
+#include "base/aligned_buffer.h"
 #include "deltafin/engine.h"
 #include "golden/golden_data.h"
 #include "io/direct_file.h"
@@ -242,8 +243,10 @@ TEST(GoldenModel, RejectsTokenOutsideVocabulary) {
   EXPECT_EQ(session->position(), 0);
 }
 
-// Prefills a short prompt, then checks that each of 8 greedy decode steps makes no allocation;
-// `session` is left for further checks.
+// Prefills a short prompt, then checks that each of 8 greedy decode steps makes no allocation,
+// and neither does a further prefill of the same session; `session` is left for further checks.
+// The hooks (alloc_hooks.cc) count plain and aligned operator new, which AlignedBuffer (every
+// activation, scratch buffer and cache slot) allocates through.
 void ExpectDecodeDoesNotAllocate(const Engine& engine, std::unique_ptr<Session>* out) {
   auto& session = *out = engine.NewSession();
   const std::vector<int32_t> prompt = {632, 304, 32};
@@ -254,6 +257,9 @@ void ExpectDecodeDoesNotAllocate(const Engine& engine, std::unique_ptr<Session>*
   void* p = ::operator new(16);
   ::operator delete(p);
   ASSERT_GT(testing::g_allocations.load(), probe);
+  const uint64_t aligned_probe = testing::g_allocations.load();
+  { AlignedBuffer<float> buffer(16); }
+  ASSERT_GT(testing::g_allocations.load(), aligned_probe) << "AlignedBuffer is not counted";
   for (int i = 0; i < 8; ++i) {
     const int32_t next = ArgmaxToken(session->Logits());
     const uint64_t before = testing::g_allocations.load();
@@ -262,6 +268,11 @@ void ExpectDecodeDoesNotAllocate(const Engine& engine, std::unique_ptr<Session>*
     ASSERT_TRUE(st.ok()) << st.message();
     EXPECT_EQ(after - before, 0u) << "decode step " << i << " allocated";
   }
+  // Prefill of further prompt tokens (a chat turn) into the warm session.
+  const std::vector<int32_t> more = {304, 32, 632};
+  const uint64_t before = testing::g_allocations.load();
+  ASSERT_TRUE(session->Prefill(more).ok());
+  EXPECT_EQ(testing::g_allocations.load() - before, 0u) << "prefill allocated";
 }
 
 TEST(GoldenModel, DecodeStepDoesNotAllocate) {

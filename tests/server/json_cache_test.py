@@ -205,10 +205,20 @@ def test_cache_corrupt():
     print(f"ok - with corrupt files the prompt is prefilled again ({u['prompt_tokens']} tokens)")
 
 
+def test_cache_ram():
+    # serve --cache-bytes 0: the cache lives in RAM only. It serves the shared prefix within one
+    # run (the caller checks that no cache folder was made and that a restart starts cold).
+    _, u1 = timed_chat("hello")
+    check(cached(u1) == 0, f"first request reports {cached(u1)} cached")
+    _, u2 = timed_chat("something else entirely")
+    check(cached(u2) >= 1900, f"RAM-only cache, second request: {cached(u2)} cached tokens")
+    print(f"ok - --cache-bytes 0: the second request reused {cached(u2)} tokens from RAM")
+
+
 def test_smoke():
     status, r = chat({"messages": MESSAGES, "max_tokens": 2})
     check(status == 200, f"status {status}")
 
 
 {"json": test_json, "cache-first": test_cache_first, "cache-restart": test_cache_restart,
- "cache-corrupt": test_cache_corrupt, "smoke": test_smoke}[MODE]()
+ "cache-corrupt": test_cache_corrupt, "cache-ram": test_cache_ram, "smoke": test_smoke}[MODE]()

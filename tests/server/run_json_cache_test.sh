@@ -5,7 +5,8 @@
 # unsupported schema keyword is a 400 naming it; a ~2,000-token system prompt is cached (the second
 # request and the first after a restart report >= 1,900 cached tokens and a time to first token
 # <= 10% of the first's), a corrupted cache file is detected, deleted and ignored, and a cache
-# folder that cannot be written is a warning, not a failure.
+# folder that cannot be written is a warning, not a failure; --cache-bytes 0 keeps the cache in RAM
+# only (it serves the prefix, writes no folder, and a restart starts cold).
 #   run_json_cache_test.sh DELTAFIN_BINARY WORK_DIR
 set -euo pipefail
 bin=$1
@@ -59,3 +60,16 @@ grep -q "running without the disk cache" "$work/serve4.log" || {
   echo "no warning for an unwritable cache dir" >&2; cat "$work/serve4.log"; exit 1; }
 python3 "$src/json_cache_test.py" smoke "$base"
 echo "ok - an unwritable --cache-dir warns and the server still answers"
+kill "$base_pid"; wait "$base_pid" 2>/dev/null || true
+
+# --cache-bytes 0: RAM only, as its help says.
+rm -rf "$work/ram-only"
+ram_args=(--model "$work/model" --threads 2 --cache-dir "$work/ram-only" --cache-bytes 0)
+start_server base "$work/serve5.log" "${ram_args[@]}"
+python3 "$src/json_cache_test.py" cache-ram "$base" || { tail -30 "$work/serve5.log"; exit 1; }
+kill "$base_pid"; wait "$base_pid" 2>/dev/null || true
+[[ ! -e $work/ram-only ]] || { echo "--cache-bytes 0 created $work/ram-only" >&2; exit 1; }
+start_server base "$work/serve6.log" "${ram_args[@]}"
+python3 "$src/json_cache_test.py" cache-corrupt "$base" "$work/ttft.json" || {
+  tail -30 "$work/serve6.log"; exit 1; }
+echo "ok - --cache-bytes 0 keeps the prefix cache in RAM only"

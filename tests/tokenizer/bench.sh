@@ -20,11 +20,11 @@ echo "|---|---|---|---|---|---|"
 for pair in "cl100k_base cl100k" "cl100k_base k3" "o200k_base o200k" "o200k_base k3" "tiny-k3 k3"; do
   set -- $pair
   if [[ $1 == tiny-k3 ]]; then
-    ours=(--model "$model"); theirs=$model/tiktoken.model
+    ours=(--model "$model"); theirs=$model/tiktoken.model; split=--kimi-split
   else
-    ours=(--tiktoken "$work/$1.tiktoken" --pattern "$2"); theirs=$1
+    ours=(--tiktoken "$work/$1.tiktoken" --pattern "$2"); theirs=$1; split=
   fi
-  js=$(node "$work/oracle.cjs" bench "$theirs" "$2" "$work/$corpus" 3 | sed 's/.*"mb_per_s":\([0-9.]*\).*/\1/')
+  js=$(node "$work/oracle.cjs" bench "$theirs" "$2" "$work/$corpus" 3 $split | sed 's/.*"mb_per_s":\([0-9.]*\).*/\1/')
   mapfile -t df < <("$bench" "${ours[@]}" --input "$work/$corpus" --threads "1,$cores" --repeat 5 |
                     sed 's/.*"mb_per_s": \([0-9.]*\).*/\1/')
   printf '| %s | %s | %.2f | %.2f | %.2fx | %.2f |\n' "$1" "$2" "$js" "${df[0]}" \

@@ -1,6 +1,7 @@
 // Tests of K3's chat template and its reverse parser (src/tokenizer/chat.h). Expected strings are
-// written from spec §5.4 by hand; ids are checked structurally on the golden tiny vocabulary
-// (the real K3 vocabulary, and with it the spec's 95-token count, is not available here).
+// written from docs/MODEL.md §5.4 by hand; ids are checked structurally on the golden tiny
+// vocabulary (the real K3 vocabulary, and with it the spec's 95-token count, is not available
+// here).
 #include "tokenizer/chat.h"
 
 #include <gtest/gtest.h>

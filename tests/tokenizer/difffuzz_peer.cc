@@ -6,7 +6,14 @@
 //   tokenizer_difffuzz_peer RANKS_DIR MODEL_DIR
 //     config 0: RANKS_DIR/cl100k_base.tiktoken + cl100k_base.specials.json, cl100k pattern
 //     config 1: RANKS_DIR/o200k_base.tiktoken + o200k_base.specials.json, o200k pattern
-//     config 2: MODEL_DIR (a K3 model folder: tiktoken.model + tokenizer_config.json)
+//     config 2: MODEL_DIR (a K3 model folder: tiktoken.model + tokenizer_config.json), K3's
+//               tokenizer: the Kimi split, then K3's pattern
+//     config 3: RANKS_DIR/o200k_base ranks + specials with K3's pattern over the whole text
+//               (tiktoken with K3's pattern: no Kimi split)
+//     configs 4, 5, 6: MODEL_DIR's ranks and specials with the cl100k, o200k and K3 patterns over
+//               the whole text. The tiny vocabulary has no whitespace merges but "\n\n" and has
+//               " a"-style tokens, so piece boundaries at the end of a whitespace run show in the
+//               ids while tiktoken's quadratic merge loop stays cheap on million-character runs.
 //
 // Request (little-endian u32s): config, flags (bit 0: allow every special spelling; bit 1: encode
 // on 4 threads), byte count, bytes. Reply: status (0 ok, 1 refused), then for ok the id count and
@@ -44,7 +51,16 @@ Result<std::unique_ptr<Tokenizer>> LoadEncoding(const std::string& dir, const st
     if (!id.is_number_unsigned()) return Status::Error(specials_path + ": id is not a number");
     DF_RETURN_IF_ERROR(vocab.AddSpecial(spelling, id.get<uint32_t>()));
   }
-  return Tokenizer::Create(std::move(vocab), pattern);
+  return Tokenizer::Create(std::move(vocab), pattern, InputSplit::kNone);
+}
+
+// MODEL_DIR's ranks and specials with any pattern, no Kimi split.
+Result<std::unique_ptr<Tokenizer>> LoadModelVocab(const std::string& dir, PatternKind pattern) {
+  DF_ASSIGN_OR_RETURN(Vocab vocab, Vocab::LoadTiktoken(dir + "/tiktoken.model"));
+  const std::string config_path = dir + "/tokenizer_config.json";
+  DF_ASSIGN_OR_RETURN(std::string config, ReadFileToString(config_path));
+  DF_RETURN_IF_ERROR(vocab.LoadSpecialsFromConfig(config, config_path));
+  return Tokenizer::Create(std::move(vocab), pattern, InputSplit::kNone);
 }
 
 bool ReadU32(uint32_t* v) { return std::fread(v, 4, 1, stdin) == 1; }
@@ -64,6 +80,14 @@ int main(int argc, char** argv) {
   auto k3 = Tokenizer::LoadModelDir(argv[2]);
   if (!k3.ok()) return Die(k3.status().message());
   configs.push_back(std::move(*k3));
+  auto o200k_k3 = LoadEncoding(argv[1], "o200k_base", PatternKind::kK3);
+  if (!o200k_k3.ok()) return Die(o200k_k3.status().message());
+  configs.push_back(std::move(*o200k_k3));
+  for (PatternKind pattern : {PatternKind::kCl100k, PatternKind::kO200k, PatternKind::kK3}) {
+    auto tok = LoadModelVocab(argv[2], pattern);
+    if (!tok.ok()) return Die(tok.status().message());
+    configs.push_back(std::move(*tok));
+  }
 
   std::string text;
   uint32_t config = 0, flags = 0, size = 0;

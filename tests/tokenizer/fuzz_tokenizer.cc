@@ -1,10 +1,10 @@
 // libFuzzer target for the pre-tokenizer and BPE (run by tests/tokenizer/fuzz.sh, bounded time).
 // For any input: invalid UTF-8 must be refused with a Status (never a crash); valid UTF-8 must
 // encode under every pattern, decode back to the same bytes, equal the pieces of one
-// pre-tokenizer scan over each input span (the whole text for cl100k/o200k, each Kimi span for
-// K3: no other cutting), give spans that tile the input with the run limits shrunk (so the split
-// code paths run), and the two BPE strategies must agree. The seed corpus is committed in
-// tests/tokenizer/fuzz_corpus/ (fuzz.sh).
+// pre-tokenizer scan over each input span (the whole text with tiktoken's rule, each Kimi span for
+// the model folder's K3 tokenizer: no other cutting), give spans that tile the input with the run
+// limits shrunk (so the split code paths run), and the two BPE strategies must agree. The seed
+// corpus is committed in tests/tokenizer/fuzz_corpus/ (fuzz.sh).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -25,10 +25,14 @@ namespace {
 std::vector<std::unique_ptr<Tokenizer>>* Tokenizers() {
   static auto* toks = [] {
     auto* v = new std::vector<std::unique_ptr<Tokenizer>>();
+    // The model folder's own tokenizer (the Kimi split, K3's pattern), then its vocabulary with
+    // each pattern over the whole text (tiktoken's rule).
+    auto model = Tokenizer::LoadModelDir(DF_FUZZ_MODEL_DIR);
+    if (!model.ok()) std::abort();
+    const Vocab base = (*model)->vocab();
+    v->push_back(std::move(*model));
     for (PatternKind k : {PatternKind::kK3, PatternKind::kCl100k, PatternKind::kO200k}) {
-      auto t = Tokenizer::LoadModelDir(DF_FUZZ_MODEL_DIR);
-      if (!t.ok()) std::abort();
-      auto vocab = (*t)->vocab();
+      auto vocab = base;
       auto made = Tokenizer::Create(std::move(vocab), k);
       if (!made.ok()) std::abort();
       v->push_back(std::move(*made));

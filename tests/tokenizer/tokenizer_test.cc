@@ -1,6 +1,7 @@
 // Tests of the tokenizer core (src/tokenizer): ids on the golden tiny vocabulary (expected values
 // produced by npm tiktoken, the oracle), special tokens only when allowed, the Kimi splitting
-// rule (K3 only: tiktoken's encodings keep 25,000+ whitespace runs whole), the pre-tokenizer's
+// rule (a K3 model folder only: a rank file with any pattern keeps 25,000+ whitespace runs whole,
+// as tiktoken does; 30,000-character runs against ids from tiktoken), the pre-tokenizer's
 // pieces on the pattern's edge cases, BPE strategies agreeing, the parallel path matching the
 // sequential one, decoding, the streaming UTF-8 decoder and the incremental detokenizer `run`
 // streams through, and every bad-input case (malformed rank files, special ids outside the
@@ -11,10 +12,12 @@
 
 #include <algorithm>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "io/mapped_file.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/utf8.h"
@@ -215,12 +218,13 @@ std::vector<int32_t> Bpe(const Tokenizer& tok, const std::string& piece) {
   return out;
 }
 
-// The case an outside check found: 25,000+ spaces before a letter gave other ids than npm
-// tiktoken for cl100k_base and o200k_base, because the Kimi 25,000-character cut (K3's
-// tokenization_kimi.py) was applied to every encoding. tiktoken pre-tokenizes the whole text: the
-// run minus its last space is one piece, the last space joins the letter.
+// The case outside checks found (issue 17 for cl100k/o200k, issue 34 for K3's pattern): 25,000+
+// spaces before a letter gave other ids than npm tiktoken, because the Kimi 25,000-character cut
+// (K3's tokenization_kimi.py) was applied with a rank file and a pattern, where tiktoken
+// pre-tokenizes the whole text: the run minus its last space is one piece, the last space joins
+// the letter. Every pattern, K3's included, keeps the run whole; only a K3 model folder cuts.
 TEST(LongWhitespaceTest, TiktokenEncodingsKeepTheRunWhole) {
-  for (PatternKind kind : {PatternKind::kCl100k, PatternKind::kO200k}) {
+  for (PatternKind kind : {PatternKind::kCl100k, PatternKind::kO200k, PatternKind::kK3}) {
     const auto tok = SpaceRunTokenizer(kind);
     ASSERT_NE(tok, nullptr);
     EXPECT_EQ(tok->input_split(), InputSplit::kNone);
@@ -246,11 +250,13 @@ TEST(LongWhitespaceTest, TiktokenEncodingsKeepTheRunWhole) {
   }
 }
 
-// K3 keeps the Kimi rule: the ids are those of each Kimi span encoded on its own.
+// K3's tokenizer (a model folder) keeps the Kimi rule: the ids are those of each Kimi span encoded
+// on its own.
 TEST(LongWhitespaceTest, K3EncodesEachKimiSpanSeparately) {
-  const auto tok = SpaceRunTokenizer(PatternKind::kK3);
-  ASSERT_NE(tok, nullptr);
-  EXPECT_EQ(tok->input_split(), InputSplit::kKimi);
+  EXPECT_EQ(Tiny().input_split(), InputSplit::kKimi);
+  auto made = Tokenizer::Create(SpaceRunVocab(), PatternKind::kK3, InputSplit::kKimi);
+  ASSERT_TRUE(made.ok());
+  const auto& tok = *made;
   auto whole = Tokenizer::Create(SpaceRunVocab(), PatternKind::kK3, InputSplit::kNone);
   ASSERT_TRUE(whole.ok());
   for (size_t n : {size_t{25000}, size_t{25065}, size_t{60001}}) {
@@ -264,6 +270,43 @@ TEST(LongWhitespaceTest, K3EncodesEachKimiSpanSeparately) {
     EXPECT_EQ(*tok->Encode(text), want) << n;
     if (n == 25065) {  // the cut matters here (see above)
       EXPECT_NE(want, *(*whole)->Encode(text));
+    }
+  }
+}
+
+// Ids computed by npm tiktoken (tests/tokenizer/oracle/long_runs.cjs wrote
+// tests/data/tokenizer/long_runs/ with the pinned package): 30,000-character runs of spaces,
+// tabs and " \t" before a letter, a newline inside a run, a run at the end, under each pattern
+// with tiktoken's rule and under K3's tokenizer (the Kimi split), with a vocabulary that merges
+// long space, tab and " \t" runs, so a wrong cut or a wrong last piece changes the ids.
+TEST(LongWhitespaceTest, ThirtyThousandCharacterRunsMatchTiktoken) {
+  const std::string dir = std::string(DF_TEST_DATA_DIR) + "/tokenizer/long_runs";
+  auto vocab = Vocab::LoadTiktoken(dir + "/runs.tiktoken");
+  ASSERT_TRUE(vocab.ok()) << vocab.status().message();
+  auto text = ReadFileToString(dir + "/expected.json");
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  const auto doc = nlohmann::json::parse(*text);
+  ASSERT_GE(doc.at("cases").size(), 20u);
+  for (const auto& c : doc.at("cases")) {
+    std::string input;
+    for (const auto& part : c.at("parts")) {
+      for (int i = 0; i < part.at(1).get<int>(); ++i) input += part.at(0).get<std::string>();
+    }
+    std::vector<int32_t> want;
+    for (const auto& run : c.at("ids")) want.insert(want.end(), run.at(1).get<size_t>(), run.at(0));
+    auto kind = ParsePatternKind(c.at("pattern").get<std::string>());
+    ASSERT_TRUE(kind.ok());
+    const InputSplit split = c.at("kimi_split").get<bool>() ? InputSplit::kKimi : InputSplit::kNone;
+    auto tok = Tokenizer::Create(*vocab, *kind, split);
+    ASSERT_TRUE(tok.ok());
+    for (int threads : {1, 4}) {
+      EncodeOptions options;
+      options.threads = threads;
+      auto ids = (*tok)->Encode(input, options);
+      ASSERT_TRUE(ids.ok()) << ids.status().message();
+      EXPECT_EQ(*ids, want) << c.at("name") << " " << c.at("pattern")
+                            << (split == InputSplit::kKimi ? " (Kimi split)" : "")
+                            << " threads=" << threads;
     }
   }
 }

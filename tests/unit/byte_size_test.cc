@@ -43,5 +43,19 @@ TEST(ByteSize, ParseRejectsJunk) {
   }
 }
 
+// serve --cache-bytes 0 means "no disk tier": zero passes only where the caller allows it.
+TEST(ByteSize, ZeroOnlyWhereAllowed) {
+  EXPECT_FALSE(ParseByteSize("0").ok());
+  for (const char* zero : {"0", "0G", "0MiB", "0.0"}) {
+    auto parsed = ParseByteSize(zero, /*allow_zero=*/true);
+    ASSERT_TRUE(parsed.ok()) << zero << ": " << parsed.status().message();
+    EXPECT_EQ(*parsed, 0u) << zero;
+  }
+  EXPECT_EQ(*ParseByteSize("2G", /*allow_zero=*/true), 2ull << 30);
+  for (const char* bad : {"-1", "-0.5G", "x", "1e30T"}) {
+    EXPECT_FALSE(ParseByteSize(bad, /*allow_zero=*/true).ok()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace deltafin

@@ -1,7 +1,8 @@
-// Tests of ParseModelConfig (src/weights/config.h): the golden tiny-k3 config, the spec §7 tiny
-// config and a full K3 config (spec §1, built in-test) parse to the expected values; every missing
-// field, wrong type, unsupported value and broken layer schedule is refused with a message that
-// names the field; and a config with K3's hidden size must match every other K3 number.
+// Tests of ParseModelConfig (src/weights/config.h): the golden tiny-k3 config, the docs/MODEL.md §7
+// tiny config and a full K3 config (docs/MODEL.md §1, built in-test) parse to the expected values;
+// every missing field, wrong type, unsupported value and broken layer schedule is refused with a
+// message that names the field; and a config with K3's hidden size must match every other K3
+// number.
 #include "weights/config.h"
 
 #include <gtest/gtest.h>
@@ -26,13 +27,13 @@ std::string GoldenModelDir() { return std::string(DF_TEST_DATA_DIR) + "/golden/t
 
 json GoldenJson() { return json::parse(testing::ReadTextFile(GoldenModelDir() + "/config.json")); }
 
-// spec §7 (tests/data/k3-tiny-config.json; provenance in tests/data/README.md).
+// docs/MODEL.md §7 (tests/data/k3-tiny-config.json; provenance in tests/data/README.md).
 json SpecTinyJson() {
   return json::parse(testing::ReadTextFile(std::string(DF_TEST_DATA_DIR) + "/k3-tiny-config.json"));
 }
 
-// The full K3 config of spec §1, made by editing the K3 numbers into the spec-tiny config (which
-// already has K3's field set, flags, vocabulary and token ids).
+// The full K3 config of docs/MODEL.md §1, made by editing the K3 numbers into the spec-tiny config
+// (which already has K3's field set, flags, vocabulary and token ids).
 json K3Json() {
   json j = SpecTinyJson();
   json& t = j["text_config"];
@@ -157,7 +158,7 @@ TEST(ConfigTest, GoldenConfigParses) {
   EXPECT_TRUE(c.moe_renormalize);
   EXPECT_EQ(c.routed_scaling_factor, 1.0f);
   EXPECT_FALSE(c.IsFullK3());
-  EXPECT_EQ(c.ExpertBytes(), 19584u);  // same expert dims as spec §7
+  EXPECT_EQ(c.ExpertBytes(), 19584u);  // same expert dims as docs/MODEL.md §7
 }
 
 TEST(ConfigTest, SpecTinyConfigParses) {
@@ -178,7 +179,7 @@ TEST(ConfigTest, SpecTinyConfigParses) {
   EXPECT_EQ(c.eos_token_id, 163586);
   EXPECT_EQ(c.pad_token_id, 163839);
   EXPECT_FALSE(c.IsFullK3());
-  // spec §7 / Appendix A: w1/w3 packed [96,64] + scale [96,4]; w2 packed [128,48] + scale [128,3].
+  // docs/MODEL.md §7: w1/w3 packed [96,64] + scale [96,4]; w2 packed [128,48] + scale [128,3].
   EXPECT_EQ(c.ExpertBytes(), 19584u);
 }
 
@@ -193,8 +194,8 @@ TEST(ConfigTest, FullK3ConfigParses) {
   EXPECT_EQ(c.mla_q_head_dim(), 192);
   EXPECT_EQ(c.shared_width(), 6144);
   EXPECT_EQ(c.num_moe_layers(), 92);
-  EXPECT_EQ(c.ExpertBytes(), 17547264u);  // spec §2.8 / Appendix A
-  // spec §1.5: zero-based i is MLA iff (i + 1) % 4 == 0 or i == 92; 24 MLA, 69 KDA.
+  EXPECT_EQ(c.ExpertBytes(), 17547264u);  // docs/MODEL.md §2.8
+  // docs/MODEL.md §1.5: zero-based i is MLA iff (i + 1) % 4 == 0 or i == 92; 24 MLA, 69 KDA.
   int mla = 0;
   for (int64_t i = 0; i < 93; ++i) {
     const bool want_mla = (i + 1) % 4 == 0 || i == 92;

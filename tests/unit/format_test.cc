@@ -703,7 +703,7 @@ TEST_F(GoldenCheckpointTest, ALogIsPerHeadWithZeroPadding) {
 }
 
 TEST_F(GoldenCheckpointTest, ExpertTensorsAreContiguousWithSpecOffsets) {
-  // spec Appendix A, tiny: w1p 0, w1s 6144, w2p 6528, w2s 12672, w3p 13056, w3s 19200, end 19584.
+  // docs/MODEL.md §7, tiny: w1p 0, w1s 6144, w2p 6528, w2s 12672, w3p 13056, w3s 19200, end 19584.
   const struct {
     const char* suffix;
     std::vector<int64_t> shape;

@@ -208,7 +208,7 @@ TEST_F(TinyModelTest, ConfigParsesWithThePresetValues) {
   EXPECT_EQ(c->num_experts_per_token, 4);
   EXPECT_EQ(c->num_expert_group, 4);
   EXPECT_EQ(c->topk_group, 2);
-  EXPECT_EQ(c->ExpertBytes(), 19584u);  // spec §7
+  EXPECT_EQ(c->ExpertBytes(), 19584u);  // docs/MODEL.md §7
   const std::vector<AttentionKind> kinds = {
       AttentionKind::kKda, AttentionKind::kKda, AttentionKind::kKda,
       AttentionKind::kMla, AttentionKind::kKda, AttentionKind::kKda,
@@ -625,8 +625,9 @@ TEST(MakeModel, SplitsTheSpineAcrossShardsBelowTheLimit) {
   for (const auto& [shard, bytes] : spine_bytes) EXPECT_LE(bytes, o.max_spine_shard_bytes);
 }
 
-// The k3 preset is K3 itself (spec §1.2) in K3's real file layout (§2.1, §2.11): 96 shards, each
-// MoE layer's 896 experts in one shard, the vision tensors in their own. Planned, not written.
+// The k3 preset is K3 itself (docs/MODEL.md §1.2) in K3's real file layout (§2.1, §2.11): 96
+// shards, each MoE layer's 896 experts in one shard, the vision tensors in their own. Planned, not
+// written.
 TEST(MakeModel, K3PresetPlansTheReal96ShardLayout) {
   auto text = PresetConfigJson("k3", {});
   ASSERT_TRUE(text.ok()) << text.status().message();

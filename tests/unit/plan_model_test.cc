@@ -181,8 +181,6 @@ TEST(PlanModelTest, SpeculationAmortisesTheSpineNotTheExperts) {
   EXPECT_GT(PredictSpeculative(m, w, base, s).s_per_token, base.s_per_token);
 }
 
-// `plan --k3`'s config through the engine's own planner gives the spec's byte accounting
-// (spec §2.11), so the K3 numbers are computed from the config rather than typed in.
 // Prefill: per wave the distinct experts its positions chose (flat routing) are read once, a
 // streamed spine's streamed bytes once; compute is FLOPs at the batched rate plus the calls.
 TEST(PlanModelTest, PrefillReadsEachWavesDistinctExpertsOnce) {
@@ -216,6 +214,8 @@ TEST(PlanModelTest, PrefillReadsEachWavesDistinctExpertsOnce) {
   EXPECT_EQ(one.bound, "compute");
 }
 
+// `plan --k3`'s config through the engine's own planner gives the spec's byte accounting
+// (docs/MODEL.md §2.11), so the K3 numbers are computed from the config rather than typed in.
 TEST(PlanModelTest, K3WorkloadFromConfigMatchesSpec) {
   auto text = PresetConfigJson("bench", K3ConfigOverrides());
   ASSERT_TRUE(text.ok()) << text.status().message();

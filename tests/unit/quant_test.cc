@@ -1,7 +1,8 @@
 // Tests of the number formats (src/quant: E2M1/E8M0 MXFP4, BF16) and the matrix kernels
-// (src/kernels/matvec.h). Format tests check exact values from spec §3; kernel tests compare with a
-// double-precision naive product on random data with awkward sizes, and require the batched forms
-// to equal the matrix-vector form bit for bit (prefill and decode must agree exactly).
+// (src/kernels/matvec.h). Format tests check exact values from docs/MODEL.md §3; kernel tests
+// compare with a double-precision naive product on random data with awkward sizes, and require the
+// batched forms to equal the matrix-vector form bit for bit (prefill and decode must agree
+// exactly).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -33,7 +34,7 @@ float FromBits(uint32_t b) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// E2M1 and E8M0 (spec §3.1, §3.3)
+// E2M1 and E8M0 (docs/MODEL.md §3.1, §3.3)
 
 TEST(Mxfp4Test, E2m1Table) {
   const float want[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
@@ -64,7 +65,7 @@ TEST(Mxfp4Test, E8m0Values) {
 }
 
 TEST(Mxfp4Test, SpecWorkedExample) {
-  // spec §3.4: packed byte 0x3A at byte position 5 of a group, scale byte 124 (2^-3):
+  // docs/MODEL.md §3.4: packed byte 0x3A at byte position 5 of a group, scale byte 124 (2^-3):
   // element 10 = code 0xA = -1.0 -> -0.125; element 11 = code 0x3 = 1.5 -> 0.1875.
   uint8_t packed[16] = {};
   packed[5] = 0x3A;
@@ -352,7 +353,7 @@ TEST(KernelTest, MatVecMxfp4MatchesDoubleReference) {
     const auto x = RandomFloats(static_cast<size_t>(s.cols), rng);
     std::vector<double> want(static_cast<size_t>(s.rows)), abs_sum(want.size());
     for (int64_t r = 0; r < s.rows; ++r) {
-      // Independent decode of the row (spec §3.2-3.4), not DequantizeMxfp4Row.
+      // Independent decode of the row (docs/MODEL.md §3.2-3.4), not DequantizeMxfp4Row.
       for (int64_t c = 0; c < s.cols; ++c) {
         const uint8_t byte = m.packed[static_cast<size_t>(r * s.cols / 2 + c / 2)];
         const int code = c % 2 == 0 ? byte & 0x0f : byte >> 4;

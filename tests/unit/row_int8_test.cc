@@ -1,6 +1,7 @@
-// Tests of the f16 conversions and the row-int8 quantizer (src/quant/row_int8.h, spec §3.6) on
-// hand-computed values: rounding ties, overflow, subnormals, an all-zero row, negative values and
-// a scale that f16 rounds (quantization uses the fp32 scale, dequantization the f16 one).
+// Tests of the f16 conversions and the row-int8 quantizer (src/quant/row_int8.h, docs/MODEL.md
+// §3.6) on hand-computed values: rounding ties, overflow, subnormals, an all-zero row, negative
+// values and a scale that f16 rounds (quantization uses the fp32 scale, dequantization the f16
+// one).
 #include "quant/row_int8.h"
 
 #include <gtest/gtest.h>

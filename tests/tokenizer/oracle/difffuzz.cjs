@@ -5,9 +5,20 @@
 //
 // PEER is tokenizer_difffuzz_peer (tests/tokenizer/difffuzz_peer.cc), started once and fed
 // batches of raw inputs over a pipe while this process computes tiktoken's ids for the same batch.
-// Configurations: cl100k_base and o200k_base (the package's ranks, specials and patterns, whole
-// text at once, as tiktoken encodes) and K3 (MODEL_DIR's vocabulary and specials, K3's pattern,
-// the Kimi splitting rule of tokenization_kimi.py).
+// Configurations (difffuzz_peer.cc numbers them the same way):
+//   0 cl100k_base, 1 o200k_base: the package's ranks, specials and patterns, whole text at once, as
+//     tiktoken encodes;
+//   2 k3: MODEL_DIR's vocabulary and specials, the Kimi splitting rule of tokenization_kimi.py,
+//     then K3's pattern (K3's tokenizer);
+//   3 o200k_base+k3: o200k_base's ranks with K3's pattern over the whole text (tiktoken with K3's
+//     pattern; o200k_base merges long space runs, so a wrong cut shows);
+//   4-6 tiny+cl100k, tiny+o200k, tiny+k3: MODEL_DIR's vocabulary with each pattern over the whole
+//     text, for the huge whitespace runs (below).
+// Ordinary inputs go through 0-3; the 25,000-36,000-character whitespace case through all seven;
+// huge whitespace runs (25,000 characters up to 1 MB, mixed kinds with scattered line breaks, then
+// a letter, digit, punctuation or the end) through 2 and 4-6: the tiny vocabulary merges no
+// whitespace but "\n\n" and has " a"-style tokens, so where a run's pieces end shows in the ids
+// while tiktoken's merge loop (quadratic in a piece's merges) stays fast on a million characters.
 //
 // The campaign is a fixed seed sequence: round r uses seed first_seed + r, so a run is repeatable
 // and a longer run only adds rounds. Rounds continue until --seconds have passed. Every input goes
@@ -23,7 +34,11 @@ const fs = require("fs");
 const path = require("path");
 const { makeEncoder, encode } = require("./oracle.cjs");
 
-const CONFIGS = ["cl100k_base", "o200k_base", "k3"];
+const CONFIGS = ["cl100k_base", "o200k_base", "k3", "o200k_base+k3", "tiny+cl100k", "tiny+o200k",
+  "tiny+k3"];
+const ORDINARY_CONFIGS = [0, 1, 2, 3];
+const HUGE_CONFIGS = [2, 4, 5, 6];
+const KIMI_CONFIG = 2;  // the only one with the Kimi split
 const FLAG_SPECIAL = 1, FLAG_THREADS = 2;
 const PARALLEL_MIN_BYTES = 128 * 1024;  // below this deltafin's parallel path is not taken
 const MAX_BYTES = 1000000;
@@ -49,6 +64,9 @@ const WHITESPACE = [" ", "\t", "\n", "\r", "\r\n", "\x0b", "\x0c", "\u0085", "\u
   "\x1c", "\x1d", "\x1e", "\x1f", "\u200b", "\u180e"];
 const WHITESPACE_RUNS = [[" "], ["\t"], ["\n"], ["\r\n"], [" ", "\t"], [" ", "\n"], ["\n", "\r"],
   ["\u3000"], ["\u00a0", " "], WHITESPACE];
+const HUGE_WHITESPACE_KINDS = [[" "], ["\t"], [" ", "\t"], ["\u3000"], ["\u00a0", " "], ["\u2003"],
+  [" ", "\t", "\u00a0", "\u1680", "\u2000", "\u2007", "\u200a", "\u202f", "\u205f", "\u3000", "\x0b",
+    "\x0c", "\u0085", "\u2028", "\u2029"], [" ", "\x1c", "\x1f"]];
 const DIGITS = ["0123456789", "٠١٢٣٤٥٦٧٨٩", "０１２３４５６７８９", "²³¹¼½", "ⅠⅡⅢⅫ", "𝟎𝟏𝟐"];
 const LETTERS = ["abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghij",
   "éèêëàâäôöûüçñÉÀÇßſ", "абвгдежзийклмнопрстАБВГД", "αβγδεζηθΑΒΓΔ", "中文字日本語漢", "ひらがなカタカナー",
@@ -144,6 +162,31 @@ class Generator {
     const tail = this.pick(["a", "Z", "中", "7", ".", "", "<|endoftext|>", " word", "\n"]);
     return Buffer.from(head + ws + tail, "utf8");
   }
+  // A huge whitespace run: 25,000 characters up to MAX_BYTES in all, of one kind or mixed
+  // (spaces, tabs, Unicode spaces, U+0085, U+001C..U+001F which Python counts as space and \s
+  // does not), with line breaks scattered at a rate of 0, 1e-5 or 1e-3 per character (so the
+  // `\s*[\r\n]+` alternative backtracks over the run to its last break), after an optional word,
+  // then a letter, digit, punctuation, special spelling or the end.
+  hugeWhitespace() {
+    const head = this.chance(0.5) ? "" : this.pick(WORDS) + this.pick(["", " ", "\n", ". "]);
+    const tail = this.pick(["a", "Z", "é", "中", "7", "42", ".", "!?", "<|endoftext|>", " word", "'s",
+      "\n", ""]);
+    const kinds = this.pick(HUGE_WHITESPACE_KINDS);
+    const breaks = this.pick([0, 1e-5, 1e-3]);
+    const budget = MAX_BYTES - Buffer.byteLength(head + tail, "utf8");
+    const target = Math.min(budget, Math.floor(Math.exp(Math.log(25000) +
+      this.rand() * (Math.log(budget) - Math.log(25000)))));
+    const parts = [];
+    let bytes = 0;
+    while (true) {
+      const c = this.chance(breaks) ? this.pick(["\n", "\r", "\r\n"]) : this.pick(kinds);
+      const b = Buffer.byteLength(c, "utf8");
+      if (bytes + b > target) break;
+      parts.push(c);
+      bytes += b;
+    }
+    return Buffer.from(head + parts.join("") + tail, "utf8");
+  }
   // A single long letter or whitespace run: the long-piece BPE path (one piece of 8,000-20,000).
   longPiece() {
     const n = this.int(8000, 20000);
@@ -225,8 +268,7 @@ class Peer {
 // ---------------------------------------------------------------- comparison
 
 function oracleIds(encoders, config, flags, text) {
-  const pattern = CONFIGS[config] === "k3" ? "k3" : CONFIGS[config].replace("_base", "");
-  return Array.from(encode(encoders[config], text, (flags & FLAG_SPECIAL) !== 0, pattern));
+  return Array.from(encode(encoders[config], text, (flags & FLAG_SPECIAL) !== 0, config === KIMI_CONFIG));
 }
 
 // Inputs tiktoken itself cannot encode (it throws: fancy-regex's backtracking stack holds
@@ -318,6 +360,9 @@ function loadEncoders(ranksDir, modelDir) {
     makeEncoder("cl100k_base", "cl100k"),
     makeEncoder("o200k_base", "o200k"),
     makeEncoder(path.join(modelDir, "tiktoken.model"), "k3", path.join(modelDir, "tokenizer_config.json")),
+    makeEncoder("o200k_base", "k3"),
+    ...["cl100k", "o200k", "k3"].map((p) =>
+      makeEncoder(path.join(modelDir, "tiktoken.model"), p, path.join(modelDir, "tokenizer_config.json"))),
   ];
 }
 
@@ -363,28 +408,40 @@ async function main() {
   const specials = allSpecials(ranksDir, modelDir);
   const t0 = Date.now();
   const stats = { rounds: 0, inputs: 0, cases: 0, bytes: 0, max_bytes: 0, invalid_refused: 0,
-    special_cases: 0, parallel_cases: 0, long_whitespace_inputs: 0, longest_whitespace_run: 0 };
+    special_cases: 0, parallel_cases: 0, long_whitespace_inputs: 0, huge_whitespace_inputs: 0,
+    huge_whitespace_cases: 0, longest_whitespace_run: 0 };
+  // Longest run of \s characters (Unicode White_Space, what the patterns' \s means), in characters.
+  const WS_RUN = /[\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+/gu;
+  const noteRuns = (b) => {
+    for (const m of b.toString("utf8").matchAll(WS_RUN)) {
+      const n = m[0].length;  // UTF-16 units = characters: every White_Space code point is in the BMP
+      if (n > stats.longest_whitespace_run) stats.longest_whitespace_run = n;
+    }
+  };
   for (let seed = firstSeed; (Date.now() - t0) / 1000 < seconds; ++seed) {
     // Ten random inputs; every other round the long-whitespace case, every fourth a long piece
-    // (tiktoken's merge loop is quadratic in a piece's length: these dominate a round's time).
+    // (tiktoken's merge loop is quadratic in a piece's length: these dominate a round's time);
+    // every round a huge whitespace run.
     const gen = new Generator(seed, specials);
-    const inputs = [];
-    for (let i = 0; i < 10; ++i) inputs.push(gen.input());
+    const inputs = [];  // {bytes, configs}
+    for (let i = 0; i < 10; ++i) inputs.push({ bytes: gen.input(), configs: ORDINARY_CONFIGS });
     if (seed % 2 === 1) {
-      const b = gen.longWhitespace();
-      inputs.push(b);
+      inputs.push({ bytes: gen.longWhitespace(), configs: CONFIGS.map((_, i) => i) });
       stats.long_whitespace_inputs++;
-      const runs = b.toString("utf8").match(/\s+/gu) || [];
-      for (const w of runs) stats.longest_whitespace_run = Math.max(stats.longest_whitespace_run, Array.from(w).length);
     }
-    if (seed % 4 === 2) inputs.push(gen.longPiece());
+    if (seed % 4 === 2) inputs.push({ bytes: gen.longPiece(), configs: ORDINARY_CONFIGS });
+    const huge = gen.hugeWhitespace();
+    inputs.push({ bytes: huge, configs: HUGE_CONFIGS });
+    stats.huge_whitespace_inputs++;
+    stats.huge_whitespace_cases += HUGE_CONFIGS.length;
     // Invalid inputs are also compared as their lossy decoding.
-    for (const b of inputs.slice()) {
-      if (firstInvalidUtf8(b) >= 0) inputs.push(Buffer.from(b.toString("utf8"), "utf8"));
+    for (const input of inputs.slice()) {
+      if (firstInvalidUtf8(input.bytes) >= 0)
+        inputs.push({ bytes: Buffer.from(input.bytes.toString("utf8"), "utf8"), configs: input.configs });
     }
     const cases = [];
-    for (const bytes of inputs) {
-      for (let config = 0; config < CONFIGS.length; ++config) {
+    for (const { bytes, configs } of inputs) {
+      for (const config of configs) {
         const flags = drawFlags(gen, bytes.length);
         cases.push({ config, flags, bytes, reply: peer.encode(config, flags, bytes) });
       }
@@ -401,7 +458,8 @@ async function main() {
       if (c.flags & FLAG_SPECIAL) stats.special_cases++;
       if (c.flags & FLAG_THREADS) stats.parallel_cases++;
     }
-    for (const b of inputs) {
+    for (const { bytes: b } of inputs) {
+      noteRuns(b);
       stats.inputs++;
       stats.bytes += b.length;
       stats.max_bytes = Math.max(stats.max_bytes, b.length);
@@ -412,7 +470,7 @@ async function main() {
   await peer.close();
   stats.seeds = `${firstSeed}..${firstSeed + stats.rounds - 1}`;
   stats.seconds = Math.round((Date.now() - t0) / 100) / 10;
-  console.log(`difffuzz: ${stats.cases} cases (${stats.inputs} inputs x ${CONFIGS.join(", ")}), ` +
+  console.log(`difffuzz: ${stats.cases} cases (${stats.inputs} inputs through ${CONFIGS.join(", ")}), ` +
     `${(stats.bytes / 1e6).toFixed(1)} MB, 0 divergences in ${stats.seconds} s`);
   console.log(JSON.stringify(stats));
   return 0;

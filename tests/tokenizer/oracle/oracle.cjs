@@ -1,23 +1,25 @@
 // Oracle side of the tokenizer tests: OpenAI's tiktoken (npm `tiktoken`, the Rust library built
-// to WASM) with the same vocabulary, pattern and (for K3) Kimi splitting rule as deltafin.
+// to WASM) with the same vocabulary, pattern and (for a K3 model folder) Kimi splitting rule as
+// deltafin.
 //
 //   node oracle.cjs extract OUT_DIR
 //       writes cl100k_base.tiktoken and o200k_base.tiktoken from the ranks the package ships, and
 //       their special tokens as {"spelling": id} (cl100k_base.specials.json, o200k_base...)
-//   node oracle.cjs compare VOCAB PATTERN CORPUS OURS [--jsonl] [--special-config FILE] [--allow-special]
+//   node oracle.cjs compare VOCAB PATTERN CORPUS OURS [--jsonl] [--special-config FILE] [--allow-special] [--kimi-split]
 //       VOCAB: cl100k_base | o200k_base (package ranks) or a tiktoken.model path;
 //       PATTERN: k3 | cl100k | o200k; OURS: deltafin's output for CORPUS. Exit 1 on any mismatch.
-//   node oracle.cjs bench VOCAB PATTERN CORPUS [REPEAT]
+//   node oracle.cjs bench VOCAB PATTERN CORPUS [REPEAT] [--kimi-split]
 //       single-threaded encode throughput in MB/s (printed as JSON)
-// The K3 pattern gets the Kimi splitting rule (tokenization_kimi.py); cl100k and o200k are
-// tiktoken's own encodings, which encode the whole text at once. difffuzz.cjs requires this file
-// for makeEncoder, encode and the rank extraction.
+// --kimi-split: K3's tokenizer, tokenization_kimi.py's cut first (what deltafin does for
+// `--model DIR`); without it tiktoken's own rule, the whole text at once whatever the pattern
+// (deltafin's `--tiktoken FILE --pattern P`). difffuzz.cjs requires this file for makeEncoder,
+// encode and the rank extraction.
 "use strict";
 const fs = require("fs");
 const path = require("path");
 const { Tiktoken } = require("tiktoken/lite");
 
-// The published patterns. K3's is spec §5.3 verbatim: Rust's regex (inside fancy-regex) accepts
+// The published patterns. K3's is docs/MODEL.md §5.3 verbatim: Rust's regex (inside fancy-regex) accepts
 // `&&` class intersection, so no rewrite is needed on this side.
 const PATTERNS = {
   k3: String.raw`[\p{Han}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
@@ -87,9 +89,11 @@ function kimiSplit(text) {
   return out;
 }
 
-function encode(enc, text, allowSpecial, pattern) {
+// kimi: K3's tokenizer (tokenization_kimi.py cuts first); otherwise tiktoken's own rule, the whole
+// text at once, whatever the pattern.
+function encode(enc, text, allowSpecial, kimi) {
   const ids = [];
-  for (const part of pattern === "k3" ? kimiSplit(text) : [text]) {
+  for (const part of kimi ? kimiSplit(text) : [text]) {
     const r = allowSpecial ? enc.encode(part, "all") : enc.encode_ordinary(part);
     for (const id of r) ids.push(id);
   }
@@ -113,10 +117,10 @@ function main() {
   const corpus = fs.readFileSync(corpusPath, "utf8");
   if (cmd === "bench") {
     const repeat = Number(args[3] || 3);
-    encode(enc, corpus, false, pattern);  // warm-up
+    encode(enc, corpus, false, flag("--kimi-split"));  // warm-up
     const t0 = process.hrtime.bigint();
     let n = 0;
-    for (let r = 0; r < repeat; ++r) n += encode(enc, corpus, false, pattern).length;
+    for (let r = 0; r < repeat; ++r) n += encode(enc, corpus, false, flag("--kimi-split")).length;
     const s = Number(process.hrtime.bigint() - t0) / 1e9;
     const mb = Buffer.byteLength(corpus) * repeat / 1e6;
     console.log(JSON.stringify({ engine: "npm tiktoken", vocab: path.basename(vocab), pattern,
@@ -133,7 +137,7 @@ function main() {
   }
   let total = 0;
   for (let d = 0; d < docs.length; ++d) {
-    const want = encode(enc, docs[d], flag("--allow-special"), pattern);
+    const want = encode(enc, docs[d], flag("--allow-special"), flag("--kimi-split"));
     const got = ours[d];
     total += want.length;
     const n = Math.min(want.length, got.length);

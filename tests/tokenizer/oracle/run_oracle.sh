@@ -38,11 +38,11 @@ for input in corpus.txt docs.jsonl; do
         --tiktoken "$work/${v}_base.tiktoken" --pattern "$p" "${jl[@]}"
     done
   done
-  check "tiny_k3_$input" "$model/tiktoken.model" k3 "$work/$input" "${jl[@]}" -- \
+  check "tiny_k3_$input" "$model/tiktoken.model" k3 "$work/$input" "${jl[@]}" --kimi-split -- \
     --model "$model" "${jl[@]}"
 done
 # Specials allowed (the trusted-structure path), and the parallel path.
-check tiny_special "$model/tiktoken.model" k3 "$work/corpus.txt" --allow-special \
+check tiny_special "$model/tiktoken.model" k3 "$work/corpus.txt" --allow-special --kimi-split \
   --special-config "$model/tokenizer_config.json" -- --model "$model" --allow-special
 check o200k_parallel o200k_base k3 "$work/corpus.txt" -- \
   --tiktoken "$work/o200k_base.tiktoken" --pattern k3 --threads 0
