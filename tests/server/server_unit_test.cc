@@ -61,9 +61,15 @@ TEST(RequestTest, RejectsWhatItCannotHonourNamingTheField) {
   const std::pair<const char*, const char*> cases[] = {
       {R"({"messages":[{"role":"user","content":"x"}],"n":3})", "n"},
       {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"1":2}})", "logit_bias"},
-      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})", "logprobs"},
-      {R"({"messages":[{"role":"user","content":"x"}],"presence_penalty":0.5})",
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":1})", "logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":3})", "top_logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})",
+       "top_logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"presence_penalty":2.5})",
        "presence_penalty"},
+      {R"({"messages":[{"role":"user","content":"x"}],"frequency_penalty":"1"})",
+       "frequency_penalty"},
+      {R"({"messages":[{"role":"user","content":"x"}],"repeat_penalty":0})", "repetition_penalty"},
       {R"({"messages":[{"role":"user","content":"x"}],"temperature":"1"})", "temperature"},
       {R"({"messages":[{"role":"user","content":"x"}],"temperature":3})", "temperature"},
       {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":0})", "max_tokens"},
@@ -112,7 +118,10 @@ TEST(RequestTest, CompletionPrompts) {
   EXPECT_EQ(r.prompt_ids, (std::vector<int64_t>{1, 2, 3}));
   EXPECT_TRUE(Parse(R"({"prompt":["a","b"]})", &r, Endpoint::kCompletion));
   EXPECT_TRUE(Parse(R"({"prompt":""})", &r, Endpoint::kCompletion));
-  EXPECT_TRUE(Parse(R"({"prompt":"x","logprobs":2})", &r, Endpoint::kCompletion));
+  ASSERT_FALSE(Parse(R"({"prompt":"x","logprobs":2,"echo":true})", &r, Endpoint::kCompletion));
+  EXPECT_EQ(r.logprobs, 2);
+  EXPECT_TRUE(r.echo);
+  EXPECT_TRUE(Parse(R"({"prompt":"x","logprobs":6})", &r, Endpoint::kCompletion));
   EXPECT_TRUE(Parse(R"({"prompt":"x","suffix":"y"})", &r, Endpoint::kCompletion));
 }
 
@@ -468,16 +477,15 @@ TEST_F(AssemblerTest, ForcedToolCallsOpenTheCallInThePrompt) {
   EXPECT_TRUE(std::equal(plain.begin(), plain.end(), prompt.begin()));
   const std::vector<int32_t> suffix(prompt.begin() + static_cast<ptrdiff_t>(plain.size()),
                                     prompt.end());
-  EXPECT_EQ(suffix,
-            Ids("<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|>"
-                "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"0\"<|sep|>"));
-  // The model writes only the arguments; the call carries the forced name.
+  EXPECT_EQ(suffix, Ids("<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|>"
+                        "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"0\"<|sep|>"
+                        "<|open|>json type=\"object\"<|sep|>"));
+  // The model writes only the JSON arguments; the call carries the forced name.
   OutputAssembler a(req, *tok_, eos_);
   bool ended = false;
   OutputDelta all = Run(a,
-                        Ids("<|open|>argument key=\"city\" type=\"string\"<|sep|>Paris"
-                            "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"
-                            "<|close|>message<|sep|><|end_of_msg|>"),
+                        Ids("{\"city\":\"Paris\"}<|close|>json<|sep|><|close|>call<|sep|>"
+                            "<|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>"),
                         &ended);
   EXPECT_TRUE(ended);
   ASSERT_EQ(all.tool_calls.size(), 1u);
@@ -485,12 +493,11 @@ TEST_F(AssemblerTest, ForcedToolCallsOpenTheCallInThePrompt) {
   EXPECT_EQ(all.tool_calls[0].arguments, R"({"city":"Paris"})");
   EXPECT_EQ(all.reasoning, "");
   EXPECT_EQ(a.FinishReason(), "tool_calls");
-  // Cut off by the token budget inside the call (Finish): still reported, with the arguments
-  // completed before the cut.
+  // Cut off by the token budget after the arguments (Finish): still reported (the tool
+  // constraint closes the JSON within the budget; the closing tags may not fit).
   OutputAssembler cut(req, *tok_, eos_);
   OutputDelta d, rest;
-  for (int32_t id : Ids("<|open|>argument key=\"city\" type=\"string\"<|sep|>Paris"
-                        "<|close|>argument<|sep|><|open|>argument key=\"days\" type=\"n")) {
+  for (int32_t id : Ids("{\"city\":\"Paris\"}<|close|>js")) {
     EXPECT_FALSE(cut.Feed(id, &d));
     EXPECT_TRUE(d.tool_calls.empty());
   }
