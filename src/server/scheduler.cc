@@ -188,12 +188,9 @@ void Scheduler::Process(Job& job) {
   job.cv.notify_all();
   const std::vector<int32_t>& prompt = job.prompt;
   size_t reuse = 0;
-  if (job.want_prompt_logprobs) {
-    // Every prompt position's logits are needed: prefill all of it.
-    session_->Reset();
-    fed_.clear();
-  } else if (!fed_.empty() && fed_.size() < prompt.size() &&
-             std::equal(fed_.begin(), fed_.end(), prompt.begin())) {
+  // Prompt logprobs need every prompt position's logits: no reuse, the whole prompt is prefilled.
+  if (!job.want_prompt_logprobs && !fed_.empty() && fed_.size() < prompt.size() &&
+      std::equal(fed_.begin(), fed_.end(), prompt.begin())) {
     reuse = fed_.size();
   } else {
     session_->Reset();
