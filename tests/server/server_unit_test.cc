@@ -205,6 +205,56 @@ TEST(SamplerTest, GreedyIsArgmaxAndSeedsReproduce) {
   for (int32_t id : draw(5, 1e-9)) EXPECT_EQ(id, ArgmaxToken(logits));
 }
 
+TEST(SamplerTest, PenaltiesFollowOpenAIAndLlamaServerSemantics) {
+  // Repetition (llama-server / HF): a positive logit divided, a negative one multiplied, for the
+  // tokens in the window (prompt included).
+  SamplingParams rep;
+  rep.repetition_penalty = 2;
+  rep.repeat_last_n = 4;
+  Sampler a(rep);
+  a.SetPrompt(std::vector<int32_t>{0});
+  const std::vector<float> pos = {2, 1.5, -1, 0};
+  EXPECT_EQ(Sampler(SamplingParams{}).Sample(pos), 0);
+  EXPECT_EQ(a.Peek(pos, {}), 1);  // 2 / 2 = 1 < 1.5
+  Sampler b(rep);
+  b.SetPrompt(std::vector<int32_t>{0});
+  const std::vector<float> neg = {-1, -1.5};
+  EXPECT_EQ(b.Peek(neg, {}), 1);  // -1 * 2 = -2 < -1.5
+  // The window slides: with repeat_last_n 1, only the latest token is penalised.
+  SamplingParams last1;
+  last1.repetition_penalty = 100;
+  last1.repeat_last_n = 1;
+  Sampler w(last1);
+  w.SetPrompt(std::vector<int32_t>{0, 1});
+  EXPECT_EQ(w.Peek(std::vector<float>{2, 3, 1}, {}), 0);  // 3 / 100 < 2
+  // Frequency and presence (OpenAI): logit - count * frequency - presence, over the tokens the
+  // sampler produced (the prompt does not count).
+  SamplingParams fp;
+  fp.frequency_penalty = 1;
+  fp.presence_penalty = 0.5;
+  Sampler f(fp);
+  f.SetPrompt(std::vector<int32_t>{1, 1, 1});
+  const std::vector<float> l = {3, 2, 0};
+  EXPECT_EQ(f.Sample(l), 0);  // nothing produced yet
+  EXPECT_EQ(f.Sample(l), 1);  // 3 - 1 - 0.5 = 1.5 < 2
+  EXPECT_EQ(f.Sample(l), 0);  // 1.5 > 2 - 1.5 = 0.5
+  EXPECT_EQ(f.Sample(l), 0);  // 3 - 2 - 0.5 = 0.5 ties 2 - 1 - 0.5: the lower id
+  EXPECT_EQ(f.Sample(l), 1);  // 3 - 3 - 0.5 = -0.5 < 0.5
+  // Deterministic with a seed.
+  auto draw = [&](uint64_t seed) {
+    SamplingParams sp;
+    sp.temperature = 1;
+    sp.seed = seed;
+    sp.frequency_penalty = 0.7;
+    sp.repetition_penalty = 1.3;
+    Sampler s(sp);
+    std::vector<int32_t> out;
+    for (int i = 0; i < 40; ++i) out.push_back(s.Sample(l));
+    return out;
+  };
+  EXPECT_EQ(draw(9), draw(9));
+}
+
 TEST(StopMatcherTest, HoldsBackPartialMatchesAndCutsAtTheStop) {
   StopMatcher m({"STOP", "xyz"});
   bool stopped = false;
