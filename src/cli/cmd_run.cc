@@ -59,6 +59,8 @@ struct RunArgs {
   double top_p = 1;
   int64_t top_k = 0;
   uint64_t seed = 0;
+  double frequency_penalty = 0, presence_penalty = 0, repeat_penalty = 1;
+  int64_t repeat_last_n = 64;
   std::string speculate = "ngram";  // off | ngram (docs/SPECULATION.md)
   int draft_max = 8;
   // Given on the command line (an empty --prompt is not a missing one).
@@ -320,7 +322,12 @@ int RunGenerate(const RunArgs& args) {
     sampling.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
     LogInfo("sampling seed " + std::to_string(*sampling.seed) + " (--seed repeats this run)");
   }
+  sampling.frequency_penalty = args.frequency_penalty;
+  sampling.presence_penalty = args.presence_penalty;
+  sampling.repetition_penalty = args.repeat_penalty;
+  sampling.repeat_last_n = args.repeat_last_n;
   Sampler sampler(sampling);
+  if (ids.ok()) sampler.SetPrompt(*ids);
   const int32_t end_of_message =
       args.chat && tok.ok() ? (*tok)->SpecialId("<|end_of_msg|>") : int32_t{-1};
 
@@ -498,6 +505,21 @@ void RegisterRun(CLI::App& app, int* exit_code) {
                                    "(default: a fresh one, printed on stderr)")
                        ->check(IntRange(0, INT64_MAX))
                        ->default_str("");
+  // Penalties (docs/SERVER.md "Penalties"; greedy runs too): OpenAI's over the generated tokens,
+  // llama-server's repetition penalty over the last --repeat-last-n tokens, prompt included.
+  cmd->add_option("--frequency-penalty", args->frequency_penalty,
+                  "Subtract this times a token's count in the answer so far from its logit")
+      ->check(NumberRange(-2, 2));
+  cmd->add_option("--presence-penalty", args->presence_penalty,
+                  "Subtract this from the logit of every token the answer already has")
+      ->check(NumberRange(-2, 2));
+  cmd->add_option("--repeat-penalty", args->repeat_penalty,
+                  "Divide a positive logit (multiply a negative one) of every token among the "
+                  "last --repeat-last-n by this; 1 = off")
+      ->check(NumberRange(0.01, 10));
+  cmd->add_option("--repeat-last-n", args->repeat_last_n,
+                  "The repetition penalty's window in tokens, prompt included")
+      ->check(IntRange(0, 65536));
   cmd->add_option("--speculate", args->speculate,
                   "Speculative decoding: ngram drafts from the context (prompt lookup), verified "
                   "in one pass; lossless (docs/SPECULATION.md). off: one token per pass")

@@ -41,6 +41,49 @@ Result<int64_t> Count(const json& s, const char* key, const std::string& where) 
 // ---------------------------------------------------------------------------------------------
 // Schema compiler
 
+namespace {
+
+// The shortest text of a value of node `n` (its children's are computed first): the budget-aware
+// ending (JsonMatcher::MinClose) appends these.
+std::string ShortestText(const JsonSchema& schema, const JsonSchema::Node& n) {
+  using K = JsonSchema::Kind;
+  switch (n.kind) {
+    case K::kAny:
+    case K::kNumber:
+    case K::kInteger:
+      return "0";
+    case K::kString:
+      return "\"" + std::string(static_cast<size_t>(n.min_count), 'a') + "\"";
+    case K::kLiterals: {
+      std::string best = n.literals.empty() ? "null" : n.literals[0];
+      for (const auto& l : n.literals) {
+        if (l.size() < best.size()) best = l;
+      }
+      return best;
+    }
+    case K::kArray: {
+      std::string out = "[";
+      for (int64_t i = 0; i < n.min_count; ++i) {
+        if (i > 0) out += ',';
+        out += schema.node(n.items).min_text;
+      }
+      return out + "]";
+    }
+    case K::kObject: {
+      std::string out = "{";
+      for (size_t j = 0; j < n.keys.size(); ++j) {
+        if (!n.required[j]) continue;
+        if (out.size() > 1) out += ',';
+        out += n.keys[j] + ":" + schema.node(n.values[j]).min_text;
+      }
+      return out + "}";
+    }
+  }
+  return "0";
+}
+
+}  // namespace
+
 JsonSchema::JsonSchema() {
   nodes_.resize(4);
   nodes_[kTrue].kind = Kind::kLiterals;
@@ -50,6 +93,7 @@ JsonSchema::JsonSchema() {
   nodes_[kNull].kind = Kind::kLiterals;
   nodes_[kNull].literals = {"null"};
   nodes_[kAnyValue].kind = Kind::kAny;
+  for (auto& n : nodes_) n.min_text = ShortestText(*this, n);
 }
 
 std::shared_ptr<const JsonSchema> JsonSchema::AnyObject() {
@@ -57,6 +101,7 @@ std::shared_ptr<const JsonSchema> JsonSchema::AnyObject() {
   JsonSchema::Node n;
   n.kind = Kind::kObject;
   n.free = true;
+  n.min_text = "{}";
   s->nodes_.push_back(std::move(n));
   s->root_ = static_cast<int32_t>(s->nodes_.size() - 1);
   return s;
@@ -110,6 +155,7 @@ Result<int32_t> JsonSchema::Add(const json& s, const std::string& where) {
           return Invalid("the enum/const value " + lit + " is not of type '" + t + "'", where);
       }
     }
+    n.min_text = ShortestText(*this, n);
     nodes_.push_back(std::move(n));
     return static_cast<int32_t>(nodes_.size() - 1);
   }
@@ -209,6 +255,7 @@ Result<int32_t> JsonSchema::Add(const json& s, const std::string& where) {
   if (n.max_count >= 0 && n.min_count > n.max_count) {
     return Invalid("the minimum count exceeds the maximum", where);
   }
+  n.min_text = ShortestText(*this, n);
   nodes_.push_back(std::move(n));
   return static_cast<int32_t>(nodes_.size() - 1);
 }
@@ -274,6 +321,153 @@ bool JsonMatcher::CanEnd(const Frame& f) const {
 bool JsonMatcher::Accepting() const {
   if (stack_.size() == 1) return stack_[0].phase == kRootDone;
   return stack_.size() == 2 && CanEnd(stack_[1]);
+}
+
+// Frame by frame from the top: what the frame needs to end, then (for its parent) what the parent
+// needs after it. A frame below the top has a child open, and its phase is already the one the
+// child's end leaves it in (kObjAfter / kObjKey for a free object's key, kArrAfter before the
+// count is incremented, kRootStart).
+void JsonMatcher::MinClose(std::string* out) const {
+  out->clear();
+  auto value_text = [&](int32_t node) -> const std::string& {
+    return schema_->node(node).min_text;
+  };
+  // The required properties from index `from` on, each preceded by a comma when `comma`.
+  auto rest_required = [&](const JsonSchema::Node& n, size_t from, bool comma) {
+    for (size_t j = from; j < n.keys.size(); ++j) {
+      if (!n.required[j]) continue;
+      if (comma) *out += ',';
+      comma = true;
+      *out += n.keys[j];
+      *out += ':';
+      *out += value_text(n.values[j]);
+    }
+  };
+  for (size_t i = stack_.size(); i-- > 0;) {
+    const Frame& f = stack_[i];
+    const bool top = i + 1 == stack_.size();
+    const JsonSchema::Node* n = f.node >= 0 ? &schema_->node(f.node) : nullptr;
+    switch (f.type) {
+      case kRoot:
+        if (top && f.phase == kRootStart) *out += value_text(f.node);
+        break;
+      case kObject:
+        if (n == nullptr) {  // free object
+          if (f.phase == kObjKey || f.phase == kObjColon) *out += ":0";
+          if (f.phase == kObjValue) *out += '0';
+          if (f.phase == kObjComma) *out += "\"\":0";
+          *out += '}';
+          break;
+        }
+        switch (f.phase) {
+          case kObjOpen:
+            rest_required(*n, static_cast<size_t>(f.aux), false);
+            break;
+          case kObjKey: {
+            // The candidate whose key, value and later required properties are shortest.
+            size_t best = 0, best_len = SIZE_MAX;
+            for (size_t j = 0; j < n->keys.size(); ++j) {
+              if (!(f.mask >> j & 1)) continue;
+              size_t len = n->keys[j].size() - static_cast<size_t>(f.off) + 1 +
+                           value_text(n->values[j]).size();
+              for (size_t k = j + 1; k < n->keys.size(); ++k) {
+                if (n->required[k]) len += n->keys[k].size() + 2 + value_text(n->values[k]).size();
+              }
+              if (len < best_len) {
+                best = j;
+                best_len = len;
+              }
+            }
+            *out += n->keys[best].substr(static_cast<size_t>(f.off));
+            *out += ':';
+            *out += value_text(n->values[best]);
+            rest_required(*n, best + 1, true);
+            break;
+          }
+          case kObjColon:
+          case kObjValue:
+            if (f.phase == kObjColon) *out += ':';
+            *out += value_text(n->values[static_cast<size_t>(f.count)]);
+            rest_required(*n, static_cast<size_t>(f.aux), true);
+            break;
+          case kObjAfter:
+            rest_required(*n, static_cast<size_t>(f.aux), true);
+            break;
+          case kObjComma: {
+            if (!AllOptionalFrom(*n, f.aux)) {
+              rest_required(*n, static_cast<size_t>(f.aux), false);
+              break;
+            }
+            // Only optional properties are left and a comma promised one: the shortest.
+            size_t best = static_cast<size_t>(f.aux);
+            for (size_t j = best; j < n->keys.size(); ++j) {
+              if (n->keys[j].size() + value_text(n->values[j]).size() <
+                  n->keys[best].size() + value_text(n->values[best]).size()) {
+                best = j;
+              }
+            }
+            *out += n->keys[best];
+            *out += ':';
+            *out += value_text(n->values[best]);
+            break;
+          }
+          default:
+            break;
+        }
+        *out += '}';
+        break;
+      case kArray: {
+        const int32_t items = n == nullptr ? JsonSchema::kAnyValue : n->items;
+        const int64_t min = n == nullptr ? 0 : n->min_count;
+        // Items that exist once the open child (if any) ends.
+        int64_t count = f.count + (top ? 0 : 1);
+        if (f.phase == kArrComma || (f.phase == kArrOpen && min > 0)) {
+          *out += value_text(items);
+          ++count;
+        }
+        for (; count < min; ++count) {
+          *out += ',';
+          *out += value_text(items);
+        }
+        *out += ']';
+        break;
+      }
+      case kString: {
+        const int64_t min = n == nullptr ? 0 : n->min_count;
+        int64_t count = f.count;
+        if (f.phase == kStrEscape) {
+          *out += 'n';
+          ++count;
+        } else if (f.phase == kStrHex) {
+          out->append(static_cast<size_t>(f.aux), '0');
+          ++count;
+        } else if (f.phase == kStrUtf8) {
+          out->push_back(static_cast<char>(f.lo));
+          out->append(static_cast<size_t>(f.aux - 1), static_cast<char>(0x80));
+        }
+        for (; count < min; ++count) *out += 'a';
+        *out += '"';
+        break;
+      }
+      case kNumber:
+        if (f.phase == kNumSign || f.phase == kNumDot || f.phase == kNumE || f.phase == kNumESign) {
+          *out += '0';
+        }
+        break;
+      case kLiteral: {
+        const auto& lits = schema_->node(f.node).literals;
+        size_t best = SIZE_MAX;
+        for (size_t j = 0; j < lits.size(); ++j) {
+          if ((f.mask >> j & 1) && lits[j].size() >= static_cast<size_t>(f.off) &&
+              (best == SIZE_MAX || lits[j].size() < lits[best].size())) {
+            best = j;
+          }
+        }
+        if (best != SIZE_MAX) *out += lits[best].substr(static_cast<size_t>(f.off));
+        break;
+      }
+    }
+  }
 }
 
 bool JsonMatcher::Whitespace(uint8_t c) {
@@ -746,6 +940,64 @@ TokenTrie::TokenTrie(const tokenizer::Vocab& vocab) {
   }
 }
 
+size_t TokenTrie::LongestPrefix(std::string_view bytes, int32_t* token) const {
+  size_t best = 0;
+  uint32_t node = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const Node& n = nodes_[node];
+    const auto b = static_cast<uint8_t>(bytes[i]);
+    // Children are sorted by byte.
+    const auto first = nodes_.begin() + n.first_child;
+    const auto last = first + n.num_children;
+    const auto it =
+        std::lower_bound(first, last, b, [](const Node& c, uint8_t v) { return c.byte < v; });
+    if (it == last || it->byte != b) break;
+    node = static_cast<uint32_t>(it - nodes_.begin());
+    if (it->token >= 0) {
+      best = i + 1;
+      *token = it->token;
+    }
+  }
+  return best;
+}
+
+int64_t TokenTrie::Greedy(std::string_view bytes, std::vector<int32_t>* out) const {
+  int64_t count = 0;
+  while (!bytes.empty()) {
+    int32_t token = -1;
+    const size_t n = LongestPrefix(bytes, &token);
+    if (n == 0) return -1;
+    if (out != nullptr) out->push_back(token);
+    ++count;
+    bytes.remove_prefix(n);
+  }
+  return count;
+}
+
+int64_t TokenConstraint::Mask(std::span<uint8_t> allowed) {
+  if (!closing_ || ending_pos_ >= ending_.size()) return MaskNext(allowed);
+  std::fill(allowed.begin(), allowed.end(), uint8_t{0});
+  const int32_t next = ending_[ending_pos_];
+  if (next < 0 || static_cast<size_t>(next) >= allowed.size()) return 0;
+  allowed[static_cast<size_t>(next)] = 1;
+  return 1;
+}
+
+bool TokenConstraint::Accept(int32_t token) {
+  if (closing_ && ending_pos_ < ending_.size()) {
+    if (token != ending_[ending_pos_]) return false;
+    ++ending_pos_;
+  }
+  return AcceptNext(token);
+}
+
+void TokenConstraint::BeginClosing() {
+  closing_ = true;
+  ending_.clear();
+  ending_pos_ = 0;
+  AppendClosing(&ending_);
+}
+
 JsonConstraint::JsonConstraint(std::shared_ptr<const JsonSchema> schema,
                                std::shared_ptr<const TokenTrie> trie, const tokenizer::Vocab* vocab,
                                int64_t vocab_size, int32_t eos_token)
@@ -754,9 +1006,10 @@ JsonConstraint::JsonConstraint(std::shared_ptr<const JsonSchema> schema,
       vocab_(vocab),
       vocab_size_(vocab_size),
       eos_(eos_token),
-      matcher_(schema_.get()) {}
+      matcher_(schema_.get()),
+      scratch_(schema_.get()) {}
 
-int64_t JsonConstraint::Mask(std::span<uint8_t> allowed) {
+int64_t JsonConstraint::MaskNext(std::span<uint8_t> allowed) {
   std::fill(allowed.begin(), allowed.end(), uint8_t{0});
   int64_t count = 0;
   if (matcher_.Accepting() && eos_ >= 0 && eos_ < static_cast<int64_t>(allowed.size())) {
@@ -788,19 +1041,43 @@ int64_t JsonConstraint::Mask(std::span<uint8_t> allowed) {
   return count;
 }
 
-bool JsonConstraint::Accept(int32_t token) {
+bool JsonConstraint::TokenBytes(int32_t token, std::string_view* bytes) const {
+  // Specials (and ids past the tokenizer) are never part of the JSON.
+  return token >= 0 && static_cast<uint32_t>(token) < vocab_->num_ranks() && token < vocab_size_ &&
+         vocab_->IdBytes(static_cast<uint32_t>(token), bytes) && !bytes->empty();
+}
+
+bool JsonConstraint::AcceptNext(int32_t token) {
   if (token == eos_) return matcher_.Accepting();
   std::string_view bytes;
-  if (token < 0 || static_cast<uint32_t>(token) >= vocab_->num_ranks() ||
-      !vocab_->IdBytes(static_cast<uint32_t>(token), &bytes)) {
-    return false;  // specials (and ids past the tokenizer) are never part of the JSON
-  }
-  if (token < 0 || token >= vocab_size_ || bytes.empty()) return false;
+  if (!TokenBytes(token, &bytes)) return false;
   // The token came from Mask(), so every byte is taken (no copy for an undo).
   for (char ch : bytes) {
     if (!matcher_.Feed(static_cast<uint8_t>(ch))) return false;
   }
   return true;
+}
+
+int64_t JsonConstraint::CloseCost() {
+  matcher_.MinClose(&close_text_);
+  return trie_->Greedy(close_text_, nullptr);
+}
+
+int64_t JsonConstraint::CloseCostAfter(int32_t token) {
+  if (token == eos_) return matcher_.Accepting() ? 0 : -1;
+  std::string_view bytes;
+  if (!TokenBytes(token, &bytes)) return -1;
+  scratch_ = matcher_;  // reuses the scratch state's capacity: no allocation
+  for (char ch : bytes) {
+    if (!scratch_.Feed(static_cast<uint8_t>(ch))) return -1;
+  }
+  scratch_.MinClose(&close_text_);
+  return trie_->Greedy(close_text_, nullptr);
+}
+
+void JsonConstraint::AppendClosing(std::vector<int32_t>* out) {
+  matcher_.MinClose(&close_text_);
+  trie_->Greedy(close_text_, out);
 }
 
 }  // namespace deltafin::constrain

@@ -19,6 +19,13 @@
 // automaton together, so a subtree whose prefix the automaton refuses is never visited. Special
 // tokens are never allowed, except EOS once the value is complete. No allocation after the first
 // mask (the walk's per-depth states reuse their capacity).
+//
+// Budget-aware ending (docs/SERVER.md "Budget-aware closing"): every schema node knows its
+// shortest value text, so JsonMatcher::MinClose gives the shortest bytes that complete the value
+// from any state, and TokenConstraint counts them in tokens (the greedy longest-match tokenization
+// over the trie: a real tokenization the automaton accepts, hence a sound upper bound on the
+// fewest tokens). The server keeps that count within the remaining budget and, when they meet,
+// emits exactly that ending (TokenConstraint::BeginClosing).
 #pragma once
 
 #include <cstdint>
@@ -54,6 +61,7 @@ class JsonSchema {
     int32_t items = -1;                     // kArray: the items' node (-1: any value)
     int64_t min_count = 0, max_count = -1;  // items of an array / characters of a string
     std::vector<std::string> literals;      // kLiterals: the allowed values as JSON text
+    std::string min_text;                   // the shortest valid value (budget-aware ending)
   };
   const Node& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
   int32_t root() const { return root_; }
@@ -82,6 +90,8 @@ class JsonMatcher {
   // Complete and nothing can follow (EOS is the only choice).
   bool Finished() const { return stack_.size() == 1 && stack_[0].phase == kRootDone; }
   void Reset();
+  // *out = the shortest bytes that complete the value from here ("" when Accepting()).
+  void MinClose(std::string* out) const;
 
  private:
   enum Type : uint8_t { kRoot, kObject, kArray, kString, kNumber, kLiteral };
@@ -148,25 +158,79 @@ class TokenTrie {
     uint8_t byte = 0;
   };
   const std::vector<Node>& nodes() const { return nodes_; }
+  // The longest token that is a prefix of `bytes`: its length (0: none) and id.
+  size_t LongestPrefix(std::string_view bytes, int32_t* token) const;
+  // Greedy longest-match tokenization of `bytes`: appends the ids to *out when not null and
+  // returns their count, or -1 when some byte starts no token.
+  int64_t Greedy(std::string_view bytes, std::vector<int32_t>* out) const;
 
  private:
   std::vector<Node> nodes_;  // nodes_[0] is the root
 };
 
-class JsonConstraint {
+// What the server's decode loop asks of a constraint (JsonConstraint for response_format,
+// ToolCallConstraint for tool calls). Mask/Accept narrow each draw; CloseCost is the length in
+// tokens of the shortest valid ending from the current state (an upper bound: a real
+// tokenization of it), so the loop can keep it within the remaining budget; BeginClosing switches
+// to emitting exactly that ending.
+class TokenConstraint {
+ public:
+  TokenConstraint() = default;
+  TokenConstraint(const TokenConstraint&) = default;
+  TokenConstraint& operator=(const TokenConstraint&) = default;
+  virtual ~TokenConstraint() = default;
+  // False while the output is free (auto tool choice before the model opens K3's tool section):
+  // the draw is not masked and there is nothing to close, but Accept still follows every token.
+  virtual bool Active() const { return true; }
+  // The output is complete and generation must end here (a tool section was closed).
+  virtual bool Ended() const { return false; }
+  // allowed[id] = 1 iff token id may come next. Returns how many are allowed.
+  int64_t Mask(std::span<uint8_t> allowed);
+  // Advances by the chosen token (false: not allowed; the state is then unspecified).
+  bool Accept(int32_t token);
+  // Tokens of the shortest valid ending from here (0: the output may stop now).
+  virtual int64_t CloseCost() = 0;
+  // The same after `token`, without advancing; -1 when the token is not allowed.
+  virtual int64_t CloseCostAfter(int32_t token) = 0;
+  // From now on Mask allows only the next token of the shortest ending (CloseCost() tokens).
+  void BeginClosing();
+  bool closing() const { return closing_; }
+
+ protected:
+  virtual int64_t MaskNext(std::span<uint8_t> allowed) = 0;
+  virtual bool AcceptNext(int32_t token) = 0;
+  // Appends the shortest ending's tokens.
+  virtual void AppendClosing(std::vector<int32_t>* out) = 0;
+
+ private:
+  bool closing_ = false;
+  std::vector<int32_t> ending_;
+  size_t ending_pos_ = 0;
+};
+
+class JsonConstraint : public TokenConstraint {
  public:
   // `vocab_size`: the model's logits width (may exceed the tokenizer's ids).
   // `vocab` (the token bytes) must outlive the constraint.
   JsonConstraint(std::shared_ptr<const JsonSchema> schema, std::shared_ptr<const TokenTrie> trie,
                  const tokenizer::Vocab* vocab, int64_t vocab_size, int32_t eos_token);
-  // allowed[id] = 1 iff token id may come next. Returns how many are allowed.
-  int64_t Mask(std::span<uint8_t> allowed);
-  // Advances by the chosen token (false: the token is not allowed; the state is unchanged).
-  bool Accept(int32_t token);
   bool Accepting() const { return matcher_.Accepting(); }
   bool Finished() const { return matcher_.Finished(); }
+  const JsonSchema& schema() const { return *schema_; }
+  void Reset() { matcher_.Reset(); }  // back to the start (another value of the same schema)
+  // Appends the greedy tokens of the shortest ending (MinClose) without advancing.
+  void ClosingTokens(std::vector<int32_t>* out) { AppendClosing(out); }
+  int64_t CloseCost() override;
+  int64_t CloseCostAfter(int32_t token) override;
+
+ protected:
+  int64_t MaskNext(std::span<uint8_t> allowed) override;
+  // The token's bytes (false: a special other than EOS, or bytes the automaton refuses).
+  bool AcceptNext(int32_t token) override;
+  void AppendClosing(std::vector<int32_t>* out) override;
 
  private:
+  bool TokenBytes(int32_t token, std::string_view* bytes) const;
   std::shared_ptr<const JsonSchema> schema_;
   std::shared_ptr<const TokenTrie> trie_;
   const tokenizer::Vocab* vocab_;
@@ -175,6 +239,8 @@ class JsonConstraint {
   JsonMatcher matcher_;
   std::vector<JsonMatcher> depth_;  // depth_[d]: the state after the first d bytes of the walk
   std::vector<std::pair<uint32_t, uint32_t>> walk_;  // (trie node, depth)
+  JsonMatcher scratch_;                              // CloseCostAfter's trial state
+  std::string close_text_;                           // MinClose's output, reused
 };
 
 }  // namespace deltafin::constrain

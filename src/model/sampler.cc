@@ -9,7 +9,67 @@
 namespace deltafin {
 
 Sampler::Sampler(const SamplingParams& params)
-    : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {}
+    : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {
+  if (params_.repetition_penalty != 1 && params_.repeat_last_n > 0) {
+    window_.resize(static_cast<size_t>(params_.repeat_last_n));
+  }
+}
+
+void Sampler::Size(size_t vocab) {
+  if (counts_.size() >= vocab) return;
+  counts_.resize(vocab, 0);
+  applied_.resize(vocab, 0);
+  work_.resize(vocab);
+  produced_.reserve(vocab);
+}
+
+void Sampler::SetPrompt(std::span<const int32_t> prompt) {
+  if (window_.empty()) return;
+  for (int32_t t : prompt) {
+    window_[window_next_] = t;
+    window_next_ = (window_next_ + 1) % window_.size();
+    window_size_ = std::min(window_size_ + 1, window_.size());
+  }
+}
+
+void Sampler::Record(int32_t token) {
+  if (!params_.penalized() || token < 0) return;
+  if (!window_.empty()) {
+    window_[window_next_] = token;
+    window_next_ = (window_next_ + 1) % window_.size();
+    window_size_ = std::min(window_size_ + 1, window_.size());
+  }
+  if (params_.frequency_penalty == 0 && params_.presence_penalty == 0) return;
+  Size(static_cast<size_t>(token) + 1);
+  if (counts_[static_cast<size_t>(token)]++ == 0) produced_.push_back(token);
+}
+
+std::span<const float> Sampler::Penalize(std::span<const float> logits) {
+  if (!params_.penalized()) return logits;
+  Size(logits.size());
+  std::copy(logits.begin(), logits.end(), work_.begin());
+  const auto r = static_cast<float>(params_.repetition_penalty);
+  for (size_t i = 0; i < window_size_; ++i) {
+    const int32_t t = window_[i];
+    if (t < 0 || static_cast<size_t>(t) >= logits.size() || applied_[static_cast<size_t>(t)]) {
+      continue;
+    }
+    applied_[static_cast<size_t>(t)] = 1;
+    float& l = work_[static_cast<size_t>(t)];
+    l = l > 0 ? l / r : l * r;
+  }
+  for (size_t i = 0; i < window_size_; ++i) {
+    const int32_t t = window_[i];
+    if (t >= 0 && static_cast<size_t>(t) < logits.size()) applied_[static_cast<size_t>(t)] = 0;
+  }
+  for (int32_t t : produced_) {
+    if (static_cast<size_t>(t) >= logits.size()) continue;
+    const int32_t n = counts_[static_cast<size_t>(t)];
+    work_[static_cast<size_t>(t)] -=
+        static_cast<float>(n * params_.frequency_penalty + params_.presence_penalty);
+  }
+  return {work_.data(), logits.size()};
+}
 
 // The processed distribution of a draw: the finite candidates (only ids with allowed[id] != 0 when
 // `allowed` is non-empty) sorted best first in cand_, their unnormalised probabilities in probs_,
@@ -60,6 +120,13 @@ size_t Sampler::Prepare(std::span<const float> logits, std::span<const uint8_t> 
 int32_t Sampler::Sample(std::span<const float> logits) { return Sample(logits, {}); }
 
 int32_t Sampler::Sample(std::span<const float> logits, std::span<const uint8_t> allowed) {
+  const int32_t token = Peek(logits, allowed);
+  Record(token);
+  return token;
+}
+
+int32_t Sampler::Peek(std::span<const float> raw, std::span<const uint8_t> allowed) {
+  const std::span<const float> logits = Penalize(raw);
   const size_t keep = Prepare(logits, allowed);
   if (keep == 0) {
     if (allowed.empty()) return ArgmaxToken(logits);
@@ -92,7 +159,7 @@ int32_t Sampler::AcceptOrResample(std::span<const float> logits, int32_t draft, 
   // emitted token takes exactly one draw whether it came from a verify row or a plain step, a
   // seed gives the same tokens with speculation on or off, however many drafts each pass checked
   // (the verify rows' logits are bit-identical to plain decoding's).
-  const int32_t token = Sample(logits);
+  const int32_t token = Sample(logits);  // penalised, drawn and recorded as in plain decoding
   *accepted = token == draft;
   return token;
 }

@@ -117,6 +117,7 @@ void HttpServer::Impl::HandleResponses(const httplib::Request& req, httplib::Res
   if (auto err = ParseResponsesRequest(req.body, opt.defaults, &responses, &parsed, &context)) {
     return send(*err);
   }
+  if (parsed.logprobs >= 0) context.logprobs_tok = &tok;
   auto g = StartGeneration(req, res, std::move(parsed), "resp_", send);
   if (g == nullptr) return;
   ServeAgentGeneration(g, std::make_shared<ResponsesRenderer>(*g, std::move(context), &responses),

@@ -100,6 +100,7 @@ std::optional<ApiError> ParseToolChoice(const ojson& obj, GenerationRequest* out
                                  "tool_choice.disable_parallel_tool_use", &no_parallel)) {
     return err;
   }
+  out->parallel_tool_calls = !no_parallel;
   return CheckToolChoice(*out, "tool_choice");
 }
 
@@ -333,6 +334,12 @@ std::optional<ApiError> ParseAnthropicRequest(std::string_view body,
   std::optional<int64_t> top_k;
   if (auto err = fields::GetInt(obj, "top_k", "top_k", 0, INT32_MAX, &top_k)) return err;
   out->sampling.top_k = top_k.value_or(0);
+  // `seed`: not in this API; an extension (as in chat completions) for repeatable sampling.
+  if (const ojson* seed = Get(obj, "seed"); seed != nullptr) {
+    if (!seed->is_number_integer()) return WrongType("seed", "an integer");
+    out->sampling.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
+                                                    : static_cast<uint64_t>(seed->get<int64_t>());
+  }
   if (const ojson* s = Get(obj, "stop_sequences"); s != nullptr) {
     if (!s->is_array()) return WrongType("stop_sequences", "an array of strings");
     for (size_t i = 0; i < s->size(); ++i) {

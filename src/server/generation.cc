@@ -18,6 +18,7 @@ namespace deltafin::server {
 
 namespace {
 
+using ToolCallConstraint = constrain::ToolCallConstraint;
 using Clock = std::chrono::steady_clock;
 using ojson = nlohmann::ordered_json;
 constexpr auto kPollStep = std::chrono::milliseconds(50);
@@ -42,16 +43,26 @@ void Gen::Poll(Clock::duration wait, OutputDelta* delta) {
     fresh.assign(job->tokens.begin() + static_cast<ptrdiff_t>(cursor), job->tokens.end());
     steps.insert(steps.end(), job->steps.begin() + static_cast<ptrdiff_t>(cursor),
                  job->steps.end());
+    if (job->logprobs.size() > cursor) {
+      logprobs.insert(logprobs.end(), job->logprobs.begin() + static_cast<ptrdiff_t>(cursor),
+                      job->logprobs.end());
+    }
     cursor = job->tokens.size();
     end = job->end;
     error = job->error;
+    if (job->budget_closed) out->SetBudgetClosed();
   }
   if (!fresh.empty() && ttft_s < 0) {
     ttft_s = std::chrono::duration<double>(Clock::now() - start).count();
   }
-  for (int32_t id : fresh) {
+  const size_t first = cursor - fresh.size();
+  for (size_t i = 0; i < fresh.size(); ++i) {
+    const int32_t id = fresh[i];
     OutputDelta d;
     const bool stop = out->Feed(id, &d);
+    if (first + i < logprobs.size()) {
+      d.logprobs.push_back(LogprobEntry{id, !d.content.empty(), logprobs[first + i]});
+    }
     Append(delta, std::move(d));
     if (stop) {
       job->Stop();
@@ -65,6 +76,21 @@ void Gen::Poll(Clock::duration wait, OutputDelta* delta) {
     Append(delta, std::move(d));
     done = true;
   }
+}
+
+std::vector<LogprobEntry> Gen::PromptLogprobs() const {
+  std::vector<LogprobEntry> entries;
+  if (!job->want_prompt_logprobs) return entries;
+  std::lock_guard lock(job->mu);
+  if (!job->prefilled) return entries;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    LogprobEntry e;
+    e.token = prompt[i];
+    e.text = true;
+    if (i > 0 && i - 1 < job->prompt_logprobs.size()) e.lp = job->prompt_logprobs[i - 1];
+    entries.push_back(e);
+  }
+  return entries;
 }
 
 Usage Gen::GetUsage() const {
@@ -148,13 +174,39 @@ std::shared_ptr<Gen> HttpServer::Impl::StartGeneration(const httplib::Request& r
   g->job = std::make_shared<Job>();
   g->job->prompt = g->prompt;
   g->job->sampling = g->request.sampling;
+  g->job->top_logprobs = g->request.logprobs;
+  g->job->want_prompt_logprobs =
+      endpoint == Endpoint::kCompletion && g->request.echo && g->request.logprobs >= 0;
+  g->job->prompt_top = std::max(0, g->request.logprobs);
   g->job->max_tokens =
       std::min(g->request.max_tokens.value_or(INT64_MAX), info.context_capacity - n);
-  if (g->request.output_schema) {
+  // Tool calls bound to their schemas (constrain/tool_constraint.h): a forced call always, and
+  // with tool_choice auto from the moment the model opens its tool section; a JSON answer
+  // (response_format) otherwise.
+  const GenerationRequest& r = g->request;
+  const bool forced = r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed;
+  const bool tools = endpoint == Endpoint::kChat && r.tools.is_array() && !r.tools.empty() &&
+                     r.tool_choice != ToolChoice::kNone && (forced || !r.output_schema);
+  if (tools || r.output_schema) {
     std::call_once(trie_once,
                    [this] { trie = std::make_shared<const constrain::TokenTrie>(tok.vocab()); });
+  }
+  if (tools) {
+    std::vector<constrain::ToolSchema> schemas;
+    if (auto err = CompileToolSchemas(r, &schemas)) return send(*err), nullptr;
+    const std::string forced_name = ForcedToolName(r);
+    size_t named = 0;
+    while (named < schemas.size() && schemas[named].name != forced_name) ++named;
+    const auto mode = !forced_name.empty()                     ? ToolCallConstraint::Mode::kNamed
+                      : r.tool_choice == ToolChoice::kRequired ? ToolCallConstraint::Mode::kRequired
+                                                               : ToolCallConstraint::Mode::kAuto;
+    auto c = ToolCallConstraint::Create(tok, trie, info.vocab_size, std::move(schemas), mode, named,
+                                        r.parallel_tool_calls);
+    if (!c.ok()) return send(BadRequest(c.status().message(), "tools")), nullptr;
+    g->job->constraint = std::move(*c);
+  } else if (r.output_schema) {
     g->job->constraint = std::make_unique<constrain::JsonConstraint>(
-        g->request.output_schema, trie, &tok.vocab(), info.vocab_size,
+        r.output_schema, trie, &tok.vocab(), info.vocab_size,
         static_cast<int32_t>(info.eos_token_id));
   }
   if (prefix_cache) {
@@ -221,6 +273,17 @@ void HttpServer::Impl::HandleGeneration(const httplib::Request& req, httplib::Re
     }
     if (opt.log_prompts) LogInfo(g->meta.id + " output: " + all.reasoning + all.content);
     ojson body = FullResponse(g->meta, all, g->out->FinishReason(), g->GetUsage());
+    if (g->request.logprobs >= 0) {
+      ojson& lp = body["choices"][0]["logprobs"];
+      if (endpoint == Endpoint::kChat) {
+        lp = ChatLogprobs(tok, all.logprobs);
+      } else {
+        std::vector<LogprobEntry> entries = g->PromptLogprobs();
+        entries.insert(entries.end(), all.logprobs.begin(), all.logprobs.end());
+        int64_t offset = 0;
+        lp = CompletionLogprobs(tok, entries, g->job->want_prompt_logprobs, &offset);
+      }
+    }
     body["timings"] = TimingsJson(g->GetTimings());
     res.set_content(JsonText(body), "application/json");
     return finish_log(200);
@@ -241,12 +304,29 @@ void HttpServer::Impl::HandleGeneration(const httplib::Request& req, httplib::Re
         };
         auto event = [&](const ojson& j) { return write("data: " + JsonText(j) + "\n\n"); };
         const bool usage_null = g->request.include_usage;
+        const bool chat = g->request.endpoint == Endpoint::kChat;
         bool first = true;
-        if (!echo.empty()) {
+        int64_t text_offset = 0;  // completions' logprobs text_offset
+        // A chunk for `d`, with its tokens' logprobs when asked for.
+        auto chunk_of = [&](const OutputDelta& d, bool first_chunk, bool leading_null) {
+          ojson chunk = Chunk(g->meta, d, first_chunk, "", usage_null);
+          if (g->request.logprobs >= 0 && !d.logprobs.empty()) {
+            chunk["choices"][0]["logprobs"] =
+                chat ? ChatLogprobs(tok, d.logprobs)
+                     : CompletionLogprobs(tok, d.logprobs, leading_null, &text_offset);
+          }
+          return chunk;
+        };
+        // The echoed prompt; with logprobs it waits for the prefill that scores it.
+        bool echo_pending = !echo.empty();
+        auto send_echo = [&] {
+          echo_pending = false;
           OutputDelta d;
           d.content = echo;
-          if (!event(Chunk(g->meta, d, true, "", usage_null))) return false;
-        }
+          d.logprobs = g->PromptLogprobs();
+          return event(chunk_of(d, true, true));
+        };
+        if (echo_pending && !g->job->want_prompt_logprobs && !send_echo()) return false;
         while (!g->done) {
           if (!g->conn.Alive()) break;
           OutputDelta d;
@@ -254,8 +334,9 @@ void HttpServer::Impl::HandleGeneration(const httplib::Request& req, httplib::Re
           g->Poll(
               std::max(Clock::duration::zero(), std::min<Clock::duration>(kPollStep, until_ping)),
               &d);
+          if (echo_pending && (g->cursor > 0 || g->done) && !send_echo()) break;
           if (!d.empty() || (first && g->end == Job::End::kNone && g->cursor > 0)) {
-            ojson chunk = Chunk(g->meta, d, first, "", usage_null);
+            ojson chunk = chunk_of(d, first, false);
             if (g->request.timings_per_token) g->AddTimings(&chunk);
             if (!event(chunk)) break;
             first = false;
@@ -268,6 +349,11 @@ void HttpServer::Impl::HandleGeneration(const httplib::Request& req, httplib::Re
           return false;
         }
         bool ok = true;
+        if (echo_pending && g->end != Job::End::kError) ok = send_echo();
+        if (!ok) {
+          finish_log(499);
+          return false;
+        }
         if (g->end == Job::End::kError) {
           ok = event(EngineError(g->error).Body());
         } else {

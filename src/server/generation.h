@@ -27,6 +27,7 @@ inline void Append(OutputDelta* all, OutputDelta&& d) {
   all->reasoning += d.reasoning;
   all->content += d.content;
   for (auto& c : d.tool_calls) all->tool_calls.push_back(std::move(c));
+  all->logprobs.insert(all->logprobs.end(), d.logprobs.begin(), d.logprobs.end());
 }
 
 ApiError EngineError(const std::string& message);
@@ -41,8 +42,9 @@ struct Gen {
   std::unique_ptr<OutputAssembler> out;
   ClientConnection conn;
   size_t cursor = 0;
-  std::vector<StepTiming> steps;  // a copy of job->steps up to `cursor`
-  size_t steps_sent = 0;          // steps already sent as token_timings
+  std::vector<StepTiming> steps;       // a copy of job->steps up to `cursor`
+  std::vector<TokenLogprob> logprobs;  // a copy of job->logprobs up to `cursor`
+  size_t steps_sent = 0;               // steps already sent as token_timings
   bool done = false;
   Job::End end = Job::End::kNone;
   std::string error;
@@ -53,6 +55,9 @@ struct Gen {
   // add to *delta. Sets `done` when the response is complete (or failed).
   void Poll(Clock::duration wait, OutputDelta* delta);
   Usage GetUsage() const;
+  // Completions with echo and logprobs: the prompt's tokens with their logprobs (the first one's
+  // is null); empty before the prefill has scored them.
+  std::vector<LogprobEntry> PromptLogprobs() const;
   Timings GetTimings() const;
   // Adds `timings` (so far) and the `token_timings` not sent yet to a streamed chunk.
   void AddTimings(nlohmann::ordered_json* chunk);

@@ -91,7 +91,7 @@ void OutputAssembler::Finish(OutputDelta* delta) {
 }
 
 std::string OutputAssembler::FinishReason() const {
-  if (!natural_end_) return "length";
+  if (!natural_end_ || budget_closed_) return "length";
   if (tool_calls_ > 0 && !stop_.stopped()) return "tool_calls";
   return "stop";
 }

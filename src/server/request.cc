@@ -94,7 +94,7 @@ std::optional<ApiError> GetInt(const ojson& obj, const char* key, int64_t lo, in
 }
 
 // Fields we cannot honour: accepted only at their neutral value.
-std::optional<ApiError> CheckUnsupported(const ojson& obj, Endpoint endpoint) {
+std::optional<ApiError> CheckUnsupported(const ojson& obj) {
   if (const ojson* n = Get(obj, "n"); n != nullptr) {
     if (!n->is_number_integer()) return WrongType("n", "an integer");
     if (n->get<int64_t>() != 1) return Unsupported("n", "only one choice per request (n = 1)");
@@ -106,25 +106,6 @@ std::optional<ApiError> CheckUnsupported(const ojson& obj, Endpoint endpoint) {
   if (const ojson* lb = Get(obj, "logit_bias"); lb != nullptr) {
     if (!lb->is_object()) return WrongType("logit_bias", "an object");
     if (!lb->empty()) return Unsupported("logit_bias", "logit biases are not implemented");
-  }
-  if (const ojson* lp = Get(obj, "logprobs"); lp != nullptr) {
-    if (endpoint == Endpoint::kChat && !lp->is_boolean()) return WrongType("logprobs", "a boolean");
-    if (endpoint == Endpoint::kCompletion && !lp->is_number_integer()) {
-      return WrongType("logprobs", "an integer");
-    }
-    if (lp->is_boolean() ? lp->get<bool>() : true) {
-      return Unsupported("logprobs", "log probabilities are not implemented");
-    }
-  }
-  if (const ojson* t = Get(obj, "top_logprobs"); t != nullptr) {
-    if (!t->is_number_integer()) return WrongType("top_logprobs", "an integer");
-    if (t->get<int64_t>() != 0) return Unsupported("top_logprobs", "not implemented");
-  }
-  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
-    if (const ojson* p = Get(obj, key); p != nullptr) {
-      if (!p->is_number()) return WrongType(key, "a number");
-      if (p->get<double>() != 0) return Unsupported(key, "penalties are not implemented");
-    }
   }
   if (const ojson* s = Get(obj, "suffix"); s != nullptr) {
     if (!s->is_string()) return WrongType("suffix", "a string");
@@ -258,6 +239,45 @@ std::optional<ApiError> ParseToolChoice(const ojson& obj, GenerationRequest* out
   return CheckToolChoice(*out, "tool_choice");
 }
 
+// Chat: logprobs (bool) and top_logprobs (0-20, needs logprobs); completions: logprobs (0-5
+// alternatives), which with echo also scores the prompt.
+std::optional<ApiError> ParseLogprobs(const ojson& obj, Endpoint endpoint, GenerationRequest* out) {
+  std::optional<int64_t> top;
+  if (endpoint == Endpoint::kChat) {
+    bool on = false;
+    if (auto err = GetBool(obj, "logprobs", &on)) return err;
+    if (auto err = GetInt(obj, "top_logprobs", 0, 20, &top)) return err;
+    if (top && !on) {
+      return BadRequest("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    }
+    if (on) out->logprobs = static_cast<int>(top.value_or(0));
+    return std::nullopt;
+  }
+  if (auto err = GetInt(obj, "logprobs", 0, 5, &top)) return err;
+  if (top) out->logprobs = static_cast<int>(*top);
+  return std::nullopt;
+}
+
+// OpenAI's frequency/presence penalties and llama-server's repetition penalty (repeat_penalty,
+// or repetition_penalty as vLLM and Hugging Face call it) with its window repeat_last_n.
+std::optional<ApiError> ParsePenalties(const ojson& obj, SamplingParams* s) {
+  if (auto err = GetNumber(obj, "frequency_penalty", -2, 2, &s->frequency_penalty)) return err;
+  if (auto err = GetNumber(obj, "presence_penalty", -2, 2, &s->presence_penalty)) return err;
+  if (Get(obj, "repeat_penalty") != nullptr && Get(obj, "repetition_penalty") != nullptr) {
+    return BadRequest("give 'repeat_penalty' or 'repetition_penalty', not both", "repeat_penalty");
+  }
+  for (const char* key : {"repeat_penalty", "repetition_penalty"}) {
+    if (auto err = GetNumber(obj, key, 0, 10, &s->repetition_penalty)) return err;
+  }
+  if (s->repetition_penalty <= 0) {
+    return BadRequest("the repetition penalty must be greater than 0", "repetition_penalty");
+  }
+  std::optional<int64_t> last_n;
+  if (auto err = GetInt(obj, "repeat_last_n", 0, 65536, &last_n)) return err;
+  if (last_n) s->repeat_last_n = *last_n;
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseMessages(const ojson& obj, GenerationRequest* out) {
   const ojson* m = Get(obj, "messages");
   if (m == nullptr) return BadRequest("'messages' is required", "messages", "missing_required");
@@ -293,6 +313,7 @@ std::optional<ApiError> ParseMessages(const ojson& obj, GenerationRequest* out) 
     }
     if (!t->empty()) out->tools = *t;
   }
+  if (auto err = GetBool(obj, "parallel_tool_calls", &out->parallel_tool_calls)) return err;
   return ParseToolChoice(obj, out);
 }
 
@@ -392,7 +413,9 @@ std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint e
         s->is_number_unsigned() ? s->get<uint64_t>() : static_cast<uint64_t>(s->get<int64_t>());
   }
   if (auto err = ParseStop(obj, &out->stop)) return err;
-  if (auto err = CheckUnsupported(obj, endpoint)) return err;
+  if (auto err = ParsePenalties(obj, &out->sampling)) return err;
+  if (auto err = ParseLogprobs(obj, endpoint, out)) return err;
+  if (auto err = CheckUnsupported(obj)) return err;
   if (auto err = ParseResponseFormat(obj, out)) return err;
   if (endpoint == Endpoint::kChat) {
     if (auto err = ParseThinking(obj, &out->chat)) return err;
@@ -426,6 +449,44 @@ std::optional<ApiError> CheckToolChoice(const GenerationRequest& request,
                     param);
 }
 
+std::optional<ApiError> CompileToolSchemas(const GenerationRequest& request,
+                                           std::vector<constrain::ToolSchema>* out) {
+  out->clear();
+  if (!request.tools.is_array()) return std::nullopt;
+  for (size_t i = 0; i < request.tools.size(); ++i) {
+    const ojson& fn = request.tools[i]["function"];
+    constrain::ToolSchema tool;
+    tool.name = fn["name"].get<std::string>();
+    const std::string where = "tools[" + std::to_string(i) + "] ('" + tool.name + "')";
+    const ojson* params = Get(fn, "parameters");
+    if (params == nullptr || (params->is_object() && params->empty())) {
+      tool.parameters = constrain::JsonSchema::AnyObject();
+    } else {
+      auto compiled = constrain::JsonSchema::Compile(*params);
+      if (!compiled.ok()) {
+        std::string m = compiled.status().message();
+        const std::string prefix = "response_format: ";
+        if (m.rfind(prefix, 0) == 0) m = m.substr(prefix.size());
+        return BadRequest(where + " parameters: " + m, "tools",
+                          m.find("not supported") != std::string::npos ? "unsupported_parameter"
+                                                                       : "invalid_value");
+      }
+      tool.parameters = *compiled;
+      if (tool.parameters->node(tool.parameters->root()).kind ==
+          constrain::JsonSchema::Kind::kAny) {
+        tool.parameters = constrain::JsonSchema::AnyObject();
+      }
+      if (tool.parameters->node(tool.parameters->root()).kind !=
+          constrain::JsonSchema::Kind::kObject) {
+        return BadRequest(where + " parameters: the schema must be of type 'object'", "tools",
+                          "invalid_value");
+      }
+    }
+    out->push_back(std::move(tool));
+  }
+  return std::nullopt;
+}
+
 std::vector<tokenizer::ChatSegment> ForcedToolSegments(const GenerationRequest& request) {
   std::vector<tokenizer::ChatSegment> segs;
   if (request.endpoint != Endpoint::kChat ||
@@ -450,12 +511,12 @@ std::vector<tokenizer::ChatSegment> ForcedToolSegments(const GenerationRequest& 
   special("<|open|>");
   text("tools");
   special("<|sep|>");
-  if (request.tool_choice == ToolChoice::kNamed) {
-    // The same pieces as the template's attribute rendering (tokenizer/chat_template.cc).
+  const std::string named = ForcedToolName(request);
+  if (!named.empty()) {
+    // The same pieces as the template's attribute rendering (tokenizer/chat_template.cc), then the
+    // opening of the call's JSON arguments (the `json` form, which the tool constraint binds).
     std::string name;
-    for (char c : request.tool_choice_name) {
-      name += c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
-    }
+    for (char c : named) name += c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
     special("<|open|>");
     for (std::string piece :
          {std::string("call"), std::string(" tool"), std::string("=\""), name, std::string("\""),
@@ -463,8 +524,20 @@ std::vector<tokenizer::ChatSegment> ForcedToolSegments(const GenerationRequest& 
       if (!piece.empty()) text(std::move(piece));
     }
     special("<|sep|>");
+    special("<|open|>");
+    for (const char* piece : {"json", " type", "=\"", "object", "\""}) text(piece);
+    special("<|sep|>");
   }
   return segs;
+}
+
+std::string ForcedToolName(const GenerationRequest& request) {
+  if (request.tool_choice == ToolChoice::kNamed) return request.tool_choice_name;
+  if (request.tool_choice == ToolChoice::kRequired && request.tools.is_array() &&
+      request.tools.size() == 1) {
+    return request.tools[0]["function"]["name"].get<std::string>();
+  }
+  return "";
 }
 
 std::optional<ApiError> BuildPrompt(const GenerationRequest& request,

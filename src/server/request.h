@@ -4,7 +4,7 @@
 //
 // Policy (docs/SERVER.md): unknown fields are ignored; known fields with the wrong type or an
 // out-of-range value get a 400 naming the field; fields whose meaning we cannot honour (n > 1,
-// logit_bias, logprobs, penalties, ...) get a 400 with code "unsupported_parameter".
+// logit_bias, best_of, ...) get a 400 with code "unsupported_parameter".
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "constrain/json_constraint.h"
+#include "constrain/tool_constraint.h"
 #include "deltafin/sampler.h"
 #include "server/api_error.h"
 #include "tokenizer/chat.h"
@@ -57,11 +58,18 @@ struct GenerationRequest {
   tokenizer::ChatOptions chat;
   ToolChoice tool_choice = ToolChoice::kAuto;
   std::string tool_choice_name;  // kNamed: the function that must be called
+  // parallel_tool_calls (chat, responses) / !disable_parallel_tool_use (Anthropic): more than one
+  // call per answer.
+  bool parallel_tool_calls = true;
   // Completions: the prompt as text, or as token ids.
   std::string prompt_text;
   std::vector<int64_t> prompt_ids;
   bool prompt_is_ids = false;
   bool echo = false;
+  // Logprobs (docs/SERVER.md): -1 = none; else every generated token's, with this many
+  // alternatives (chat top_logprobs 0-20, completions logprobs 0-5, Responses top_logprobs with
+  // include message.output_text.logprobs). Completions with echo also get the prompt's.
+  int logprobs = -1;
   // Constrained JSON output (response_format json_object / json_schema; any endpoint may set it
   // with CompileOutputSchema): null = free text. Chats turn thinking off with it.
   std::shared_ptr<const constrain::JsonSchema> output_schema;
@@ -92,12 +100,22 @@ std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint e
 // tools, and kNamed a tool of that name. `param` names the field in the error.
 std::optional<ApiError> CheckToolChoice(const GenerationRequest& request, const std::string& param);
 
+// Each declared tool's parameters schema compiled for constrained tool calls (an absent or empty
+// schema is any object); a 400 naming the tool and the unsupported keyword otherwise.
+std::optional<ApiError> CompileToolSchemas(const GenerationRequest& request,
+                                           std::vector<constrain::ToolSchema>* out);
+
 // What the prompt appends after the generation prompt to force a tool call: the assistant's
 // reasoning and response channels are closed empty and K3's tool section is opened
-// (<|open|>tools<|sep|>); for kNamed the call header <|open|>call tool="NAME" index="0"<|sep|>
-// follows, so the model generates only that call's arguments. Empty for kAuto and kNone. The
-// output assembler feeds the same segments to its parser first, as if the model had written them.
+// (<|open|>tools<|sep|>); when the call's function is known (ForcedToolName) its header
+// <|open|>call tool="NAME" index="0"<|sep|> and the opening of its JSON arguments
+// <|open|>json type="object"<|sep|> follow, so the model generates only the arguments. Empty for
+// kAuto and kNone. The output assembler feeds the same segments to its parser first, as if the
+// model had written them.
 std::vector<tokenizer::ChatSegment> ForcedToolSegments(const GenerationRequest& request);
+// The function a forced call must be: the named one, or the only declared tool under "required"
+// ("" when the model chooses among several, or nothing is forced).
+std::string ForcedToolName(const GenerationRequest& request);
 
 // The prompt's token ids: the rendered chat template, or the completion prompt encoded as plain
 // text (special spellings stay ordinary text) or checked against the vocabulary.

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "tokenizer/utf8.h"
+
 namespace deltafin::server {
 
 using ojson = nlohmann::ordered_json;
@@ -37,6 +39,77 @@ ojson Reason(const std::string& finish_reason) {
 }
 
 }  // namespace
+
+namespace {
+
+// A token's bytes and its text (invalid UTF-8, such as half a character, is replaced).
+void TokenText(const tokenizer::Tokenizer& tok, int32_t id, std::string* text, ojson* bytes) {
+  std::string_view raw;
+  if (id < 0 || !tok.vocab().IdBytes(static_cast<uint32_t>(id), &raw)) raw = {};
+  *text = tokenizer::DecodeUtf8Lossy(raw);
+  if (bytes != nullptr) {
+    *bytes = ojson::array();
+    for (char c : raw) bytes->push_back(static_cast<int>(static_cast<uint8_t>(c)));
+  }
+}
+
+}  // namespace
+
+ojson TokenLogprobJson(const tokenizer::Tokenizer& tok, const LogprobEntry& e) {
+  std::string text;
+  ojson bytes;
+  TokenText(tok, e.token, &text, &bytes);
+  ojson top = ojson::array();
+  for (int32_t j = 0; j < e.lp.n; ++j) {
+    std::string t;
+    ojson b;
+    TokenText(tok, e.lp.top_ids[static_cast<size_t>(j)], &t, &b);
+    top.push_back({{"token", t},
+                   {"logprob", e.lp.top_logprobs[static_cast<size_t>(j)]},
+                   {"bytes", std::move(b)}});
+  }
+  return {{"token", text},
+          {"logprob", e.lp.logprob},
+          {"bytes", std::move(bytes)},
+          {"top_logprobs", std::move(top)}};
+}
+
+ojson ChatLogprobs(const tokenizer::Tokenizer& tok, std::span<const LogprobEntry> entries) {
+  ojson content = ojson::array();
+  for (const auto& e : entries) content.push_back(TokenLogprobJson(tok, e));
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+ojson CompletionLogprobs(const tokenizer::Tokenizer& tok, std::span<const LogprobEntry> entries,
+                         bool leading_null, int64_t* offset) {
+  ojson tokens = ojson::array(), values = ojson::array(), tops = ojson::array(),
+        offsets = ojson::array();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const LogprobEntry& e = entries[i];
+    std::string text;
+    TokenText(tok, e.token, &text, nullptr);
+    tokens.push_back(text);
+    offsets.push_back(*offset);
+    *offset += static_cast<int64_t>(text.size());
+    if (i == 0 && leading_null) {
+      values.push_back(nullptr);
+      tops.push_back(nullptr);
+      continue;
+    }
+    values.push_back(e.lp.logprob);
+    ojson top = ojson::object();
+    for (int32_t j = 0; j < e.lp.n; ++j) {
+      std::string t;
+      TokenText(tok, e.lp.top_ids[static_cast<size_t>(j)], &t, nullptr);
+      if (!top.contains(t)) top[t] = e.lp.top_logprobs[static_cast<size_t>(j)];
+    }
+    tops.push_back(std::move(top));
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(values)},
+          {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
+}
 
 ojson FullResponse(const ResponseMeta& meta, const OutputDelta& all,
                    const std::string& finish_reason, const Usage& usage) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 
 #include "server/output.h"
@@ -32,6 +33,19 @@ nlohmann::ordered_json ToolCallJson(const tokenizer::ToolCall& call, const std::
 // The whole response (stream: false). `all` is everything the assembler produced.
 nlohmann::ordered_json FullResponse(const ResponseMeta& meta, const OutputDelta& all,
                                     const std::string& finish_reason, const Usage& usage);
+
+// Logprobs (docs/SERVER.md "Logprobs"). One token in the chat / Responses shape: token, logprob,
+// bytes, top_logprobs [{token, logprob, bytes}].
+nlohmann::ordered_json TokenLogprobJson(const tokenizer::Tokenizer& tok, const LogprobEntry& e);
+// chat.completion's choices[].logprobs: {content: [...], refusal: null}.
+nlohmann::ordered_json ChatLogprobs(const tokenizer::Tokenizer& tok,
+                                    std::span<const LogprobEntry> entries);
+// text_completion's choices[].logprobs: {tokens, token_logprobs, top_logprobs, text_offset}.
+// `leading_null`: the first entry is the prompt's first token, which has no logprob (echo);
+// offsets start at *offset and advance it.
+nlohmann::ordered_json CompletionLogprobs(const tokenizer::Tokenizer& tok,
+                                          std::span<const LogprobEntry> entries, bool leading_null,
+                                          int64_t* offset);
 
 // One streamed chunk. finish_reason "" = null. `first` adds role "assistant" to a chat delta.
 // with_usage_null: include "usage": null (when the client asked for a final usage chunk).

@@ -112,6 +112,10 @@ std::optional<ApiError> ParseTools(const ojson& obj, GenerationRequest* out,
 
 std::optional<ApiError> ParseToolChoice(const ojson& obj, GenerationRequest* out,
                                         ResponsesContext* ctx) {
+  if (const ojson* p = Get(obj, "parallel_tool_calls"); p != nullptr) {
+    if (!p->is_boolean()) return WrongType("parallel_tool_calls", "a boolean");
+    out->parallel_tool_calls = p->get<bool>();
+  }
   const ojson* tc = Get(obj, "tool_choice");
   if (tc == nullptr) return std::nullopt;
   ctx->tool_choice = *tc;
@@ -335,6 +339,12 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body,
   }
   if (auto err = fields::GetNumber(obj, "top_p", "top_p", 0, 1, &out->sampling.top_p)) return err;
   if (out->sampling.top_p <= 0) return BadRequest("'top_p' must be greater than 0", "top_p");
+  // `seed`: not in this API; an extension (as in chat completions) for repeatable sampling.
+  if (const ojson* seed = Get(obj, "seed"); seed != nullptr) {
+    if (!seed->is_number_integer()) return WrongType("seed", "an integer");
+    out->sampling.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
+                                                    : static_cast<uint64_t>(seed->get<int64_t>());
+  }
   if (const ojson* text = Get(obj, "text"); text != nullptr) {
     if (!text->is_object()) return WrongType("text", "an object");
     // text.format: the Responses spelling of response_format ({type, name, schema, strict} flat,
@@ -359,11 +369,17 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body,
       }
     }
   }
+  bool logprobs = false;
   if (const ojson* inc = Get(obj, "include"); inc != nullptr) {
     if (!inc->is_array()) return WrongType("include", "an array of strings");
-    for (const auto& x : *inc)
+    for (const auto& x : *inc) {
       ctx->include_encrypted_reasoning |= x == "reasoning.encrypted_content";
+      logprobs |= x == "message.output_text.logprobs";
+    }
   }
+  std::optional<int64_t> top;
+  if (auto err = fields::GetInt(obj, "top_logprobs", "top_logprobs", 0, 20, &top)) return err;
+  if (logprobs) out->logprobs = static_cast<int>(top.value_or(0));
   if (const ojson* md = Get(obj, "metadata"); md != nullptr) {
     if (!md->is_object()) return WrongType("metadata", "an object");
     ctx->metadata = *md;
@@ -412,7 +428,18 @@ ojson ReasoningItem(const std::string& id, const std::string& text, bool encrypt
   return item;
 }
 
-ojson MessageItem(const std::string& id, const std::string& text) {
+// The output text's tokens' logprobs (Responses' Logprob shape), or [] when not asked for.
+ojson TextLogprobs(const ResponsesContext& ctx, std::span<const LogprobEntry> entries) {
+  ojson out = ojson::array();
+  if (ctx.logprobs_tok == nullptr) return out;
+  for (const auto& e : entries) {
+    if (e.text) out.push_back(TokenLogprobJson(*ctx.logprobs_tok, e));
+  }
+  return out;
+}
+
+ojson MessageItem(const std::string& id, const std::string& text,
+                  const ojson& logprobs = ojson::array()) {
   return {{"type", "message"},
           {"id", id},
           {"status", "completed"},
@@ -420,7 +447,7 @@ ojson MessageItem(const std::string& id, const std::string& text) {
           {"content", ojson::array({{{"type", "output_text"},
                                      {"text", text},
                                      {"annotations", ojson::array()},
-                                     {"logprobs", ojson::array()}}})}};
+                                     {"logprobs", logprobs}}})}};
 }
 
 ojson CallItem(const ResponseMeta& meta, int output_index, const tokenizer::ToolCall& c) {
@@ -439,7 +466,10 @@ ojson ResponseOutputItems(const ResponseMeta& meta, const ResponsesContext& ctx,
     out.push_back(
         ReasoningItem(ItemId(meta, "rs", next()), all.reasoning, ctx.include_encrypted_reasoning));
   }
-  if (!all.content.empty()) out.push_back(MessageItem(ItemId(meta, "msg", next()), all.content));
+  if (!all.content.empty()) {
+    out.push_back(
+        MessageItem(ItemId(meta, "msg", next()), all.content, TextLogprobs(ctx, all.logprobs)));
+  }
   for (const auto& c : all.tool_calls) out.push_back(CallItem(meta, next(), c));
   return out;
 }
@@ -467,7 +497,7 @@ ojson ResponseObject(const ResponseMeta& meta, const ResponsesContext& ctx,
              {"max_output_tokens", ctx.max_output_tokens ? ojson(*ctx.max_output_tokens) : ojson()},
              {"model", meta.model},
              {"output", output},
-             {"parallel_tool_calls", true},
+             {"parallel_tool_calls", request.parallel_tool_calls},
              {"previous_response_id", opt(ctx.previous_response_id)},
              {"reasoning", {{"effort", opt(ctx.effort)}, {"summary", nullptr}}},
              {"store", ctx.store},
@@ -510,22 +540,23 @@ std::string ResponsesEvents::CloseItem() {
     const ojson part = {{"type", "output_text"},
                         {"text", text_},
                         {"annotations", ojson::array()},
-                        {"logprobs", ojson::array()}};
+                        {"logprobs", logprobs_}};
     out += Event("response.output_text.done", {{"item_id", item_id_},
                                                {"output_index", output_index_},
                                                {"content_index", 0},
                                                {"text", text_},
-                                               {"logprobs", ojson::array()}});
+                                               {"logprobs", logprobs_}});
     out += Event("response.content_part.done", {{"item_id", item_id_},
                                                 {"output_index", output_index_},
                                                 {"content_index", 0},
                                                 {"part", part}});
-    item = MessageItem(item_id_, text_);
+    item = MessageItem(item_id_, text_, logprobs_);
   }
   out += Event("response.output_item.done", {{"output_index", output_index_}, {"item", item}});
   output_.push_back(std::move(item));
   open_ = Item::kNone;
   text_.clear();
+  logprobs_ = ojson::array();
   return out;
 }
 
@@ -570,11 +601,13 @@ std::string ResponsesEvents::Delta(const OutputDelta& d) {
   if (!d.content.empty()) {
     out += Open(Item::kMessage);
     text_ += d.content;
+    ojson lp = TextLogprobs(*context_, d.logprobs);
+    for (const auto& e : lp) logprobs_.push_back(e);
     out += Event("response.output_text.delta", {{"item_id", item_id_},
                                                 {"output_index", output_index_},
                                                 {"content_index", 0},
                                                 {"delta", d.content},
-                                                {"logprobs", ojson::array()}});
+                                                {"logprobs", std::move(lp)}});
   }
   for (const auto& c : d.tool_calls) {
     out += CloseItem();

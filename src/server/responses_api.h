@@ -60,6 +60,9 @@ struct ResponsesContext {
   nlohmann::ordered_json metadata = nlohmann::ordered_json::object();
   std::optional<int64_t> max_output_tokens;
   std::string effort;  // as sent, "" = absent
+  // include: ["message.output_text.logprobs"]: the output text's tokens' logprobs (the request's
+  // `logprobs` is then top_logprobs, default 0), spelled with this tokenizer (set by the handler).
+  const tokenizer::Tokenizer* logprobs_tok = nullptr;
 };
 
 // Parses a /v1/responses body. previous_response_id is looked up in `store` (400 naming the field
@@ -118,7 +121,8 @@ class ResponsesEvents {
   Item open_ = Item::kNone;
   int output_index_ = -1;
   std::string item_id_, text_;
-  nlohmann::ordered_json output_ = nlohmann::ordered_json::array();  // finished items
+  nlohmann::ordered_json logprobs_ = nlohmann::ordered_json::array();  // the open message's
+  nlohmann::ordered_json output_ = nlohmann::ordered_json::array();    // finished items
 };
 
 }  // namespace deltafin::server

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "base/log.h"
 #include "deltafin/sampler.h"
@@ -29,6 +30,34 @@ StepTiming StepSince(const SessionStats& before, Clock::time_point since, const 
   return t;
 }
 }  // namespace
+
+void ComputeLogprob(std::span<const float> logits, int32_t token, int k, TokenLogprob* out) {
+  // log-softmax in double: log p(i) = l(i) - (max + log sum exp(l - max)).
+  float max = -INFINITY;
+  for (float l : logits) max = std::max(max, l);
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  const double log_z = static_cast<double>(max) + std::log(sum);
+  auto lp = [&](size_t i) { return static_cast<float>(static_cast<double>(logits[i]) - log_z); };
+  out->logprob = token >= 0 && static_cast<size_t>(token) < logits.size()
+                     ? lp(static_cast<size_t>(token))
+                     : -INFINITY;
+  k = std::clamp(k, 0, TokenLogprob::kMaxTop);
+  out->n = 0;
+  // The top k by insertion: ids ascend, and a later id goes after an equal logit.
+  for (size_t i = 0; i < logits.size() && k > 0; ++i) {
+    const float l = logits[i];
+    if (out->n == k && !(l > logits[static_cast<size_t>(out->top_ids[out->n - 1])])) continue;
+    int32_t j = out->n < k ? out->n++ : k - 1;
+    while (j > 0 && l > logits[static_cast<size_t>(out->top_ids[j - 1])]) {
+      out->top_ids[j] = out->top_ids[j - 1];
+      --j;
+    }
+    out->top_ids[j] = static_cast<int32_t>(i);
+  }
+  for (int32_t j = 0; j < out->n; ++j)
+    out->top_logprobs[j] = lp(static_cast<size_t>(out->top_ids[j]));
+}
 
 Scheduler::Scheduler(const Engine& engine, int max_queue, int64_t prefill_piece, Metrics* metrics,
                      PrefixCache* cache, int64_t draft_max)
@@ -159,14 +188,15 @@ void Scheduler::Process(Job& job) {
   job.cv.notify_all();
   const std::vector<int32_t>& prompt = job.prompt;
   size_t reuse = 0;
-  if (!fed_.empty() && fed_.size() < prompt.size() &&
+  // Prompt logprobs need every prompt position's logits: no reuse, the whole prompt is prefilled.
+  if (!job.want_prompt_logprobs && !fed_.empty() && fed_.size() < prompt.size() &&
       std::equal(fed_.begin(), fed_.end(), prompt.begin())) {
     reuse = fed_.size();
   } else {
     session_->Reset();
     fed_.clear();
   }
-  if (cache_ != nullptr) {
+  if (cache_ != nullptr && !job.want_prompt_logprobs) {
     PrefixCache::Hit hit = cache_->Lookup(prompt);
     if (hit.tokens > reuse) {
       Status st = session_->RestoreState(*hit.state);
@@ -188,6 +218,7 @@ void Scheduler::Process(Job& job) {
     std::lock_guard lock(job.mu);
     job.tokens.reserve(expect);
     job.steps.reserve(expect);
+    if (job.top_logprobs >= 0) job.logprobs.reserve(expect);
   }
   SessionStats step_stats = session_->stats();
   const auto t0 = Clock::now();
@@ -203,7 +234,12 @@ void Scheduler::Process(Job& job) {
     if (cache_ != nullptr && point != job.cache_points.end() && *point < prompt.size()) {
       n = std::min(n, *point - pos);  // stop at the cache point to snapshot there
     }
-    Status st = session_->Prefill(std::span<const int32_t>(prompt.data() + pos, n));
+    std::span<float> wave;
+    if (job.want_prompt_logprobs) {
+      wave_logits_.resize(n * static_cast<size_t>(engine_.info().vocab_size));
+      wave = wave_logits_;
+    }
+    Status st = session_->Prefill(std::span<const int32_t>(prompt.data() + pos, n), wave);
     PublishStats();
     if (!st.ok()) {
       session_->Reset();
@@ -212,6 +248,16 @@ void Scheduler::Process(Job& job) {
     }
     fed_.insert(fed_.end(), prompt.begin() + static_cast<ptrdiff_t>(pos),
                 prompt.begin() + static_cast<ptrdiff_t>(pos + n));
+    if (job.want_prompt_logprobs) {
+      // Row i holds the logits after prompt[pos + i]: they score prompt[pos + i + 1].
+      const size_t vocab = static_cast<size_t>(engine_.info().vocab_size);
+      for (size_t i = 0; i < n && pos + i + 1 < prompt.size(); ++i) {
+        TokenLogprob lp;
+        ComputeLogprob({wave_logits_.data() + i * vocab, vocab}, prompt[pos + i + 1],
+                       job.prompt_top, &lp);
+        job.prompt_logprobs.push_back(lp);  // read by the reader only after `prefilled`
+      }
+    }
     if (cache_ != nullptr && point != job.cache_points.end() && pos + n == *point) {
       Snapshot(std::span<const int32_t>(prompt.data(), pos + n));
       ++point;
@@ -240,12 +286,14 @@ Job::End Scheduler::Generate(Job& job, size_t reuse, const SessionStats& before,
   const std::vector<int32_t>& prompt = job.prompt;
   const ModelInfo& info = engine_.info();
   Sampler sampler(job.sampling);
+  sampler.SetPrompt(prompt);  // the repetition penalty's window starts in the prompt
   SessionStats step_stats = before;
   auto step_start = since;
   // Hands one token to the reader with the engine work since the previous hand-off (a verify
   // pass's work goes with its first token, its other tokens carry none). Returns true when the
   // answer ends here (EOS, length, context, cancelled, stop).
   Job::End end = Job::End::kLength;
+  TokenLogprob logprob;  // the next token's, when the job asks for logprobs
   auto emit = [&](int32_t next, bool first_of_pass) {
     StepTiming step;
     if (first_of_pass) {
@@ -258,6 +306,7 @@ Job::End Scheduler::Generate(Job& job, size_t reuse, const SessionStats& before,
       std::lock_guard lock(job.mu);
       job.tokens.push_back(next);
       job.steps.push_back(step);
+      if (job.top_logprobs >= 0) job.logprobs.push_back(logprob);
     }
     job.cv.notify_all();
     // The whole prompt's state, once its first token is with the reader (Logits() still hold it).
@@ -281,7 +330,7 @@ Job::End Scheduler::Generate(Job& job, size_t reuse, const SessionStats& before,
     return Job::End::kError;
   };
 
-  const bool speculate = speculator_ != nullptr && !job.constraint &&
+  const bool speculate = speculator_ != nullptr && !job.constraint && job.top_logprobs < 0 &&
                          (job.sampling.temperature <= 0 || !job.sampling.seed);
   if (speculate) {
     // The drafter's context: the prompt (earlier turns included) and the answer.
@@ -313,21 +362,60 @@ Job::End Scheduler::Generate(Job& job, size_t reuse, const SessionStats& before,
   if (job.constraint) allowed.resize(static_cast<size_t>(info.vocab_size));
   for (;;) {
     int32_t next = -1;
-    if (job.constraint) {
-      if (job.constraint->Mask(allowed) > 0) next = sampler.Sample(session_->Logits(), allowed);
-      if (next < 0 || !job.constraint->Accept(next)) {
-        *error = "constrained decoding: no token of the vocabulary continues the JSON value";
+    constrain::TokenConstraint* c = job.constraint.get();
+    if (c != nullptr && c->Active()) {
+      next = ConstrainedDraw(job, sampler, allowed, job.max_tokens - *generated);
+      if (next < 0) {
+        *error = "constrained decoding: no token of the vocabulary continues the output";
         return Job::End::kError;
       }
     } else {
       next = sampler.Sample(session_->Logits());
+      if (c != nullptr) c->Accept(next);  // free: the constraint only follows
     }
+    if (job.top_logprobs >= 0) ComputeLogprob(session_->Logits(), next, job.top_logprobs, &logprob);
     if (emit(next, true)) return end;
+    if (c != nullptr && c->Ended()) return Job::End::kEos;
     Status st = session_->Decode(next);
     PublishStats();
     if (!st.ok()) return fail(st);
     fed_.push_back(next);
   }
+}
+
+// One constrained token within the budget (docs/SERVER.md "Budget-aware closing"). `budget` =
+// tokens the answer may still take, this one included. The invariant is CloseCost() <= budget:
+// a drawn token is kept only when its shortest ending still fits in the tokens after it (else it
+// is taken out of the mask and the draw repeats, which is the same distribution restricted to
+// the tokens that fit); when the shortest ending takes the whole budget, it is emitted as is.
+int32_t Scheduler::ConstrainedDraw(Job& job, Sampler& sampler, std::vector<uint8_t>& allowed,
+                                   int64_t budget) {
+  constrain::TokenConstraint& c = *job.constraint;
+  auto close = [&] {
+    c.BeginClosing();
+    std::lock_guard lock(job.mu);
+    job.budget_closed = true;
+  };
+  const int64_t cost = c.closing() ? -1 : c.CloseCost();
+  if (cost >= 0 && cost >= budget) close();
+  int32_t next = -1;
+  if (c.Mask(allowed) > 0) {
+    for (;;) {
+      next = sampler.Peek(session_->Logits(), allowed);
+      if (next < 0 || c.closing() || cost < 0) break;
+      const int64_t after = c.CloseCostAfter(next);
+      if (after >= 0 && after <= budget - 1) break;
+      allowed[static_cast<size_t>(next)] = 0;  // its shortest ending no longer fits
+    }
+  }
+  if (next < 0 && !c.closing() && cost >= 0) {
+    // No drawn token fits: the shortest ending does (CloseCost() <= budget).
+    close();
+    if (c.Mask(allowed) > 0) next = sampler.Peek(session_->Logits(), allowed);
+  }
+  if (next < 0 || !c.Accept(next)) return -1;
+  sampler.Record(next);
+  return next;
 }
 
 }  // namespace deltafin::server

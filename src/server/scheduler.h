@@ -23,6 +23,7 @@
 // first token has been handed to the reader, so it does not delay it).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -30,14 +31,17 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "constrain/json_constraint.h"
 #include "deltafin/engine.h"
+#include "deltafin/sampler.h"
 #include "deltafin/speculate.h"
 #include "server/metrics.h"
+#include "server/output.h"
 #include "server/prefix_cache.h"
 #include "server/request.h"
 #include "server/timings.h"
@@ -49,26 +53,41 @@ struct Job {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   int64_t max_tokens = 0;  // > 0
+  // Logprobs: -1 = none; else each generated token's (with this many alternatives) in `logprobs`.
+  // Such a job decodes without speculation, so its logits are the plain decode's.
+  int top_logprobs = -1;
+  // The prompt's own logprobs (completions echo): positions 1.. in `prompt_logprobs`, with
+  // prompt_top alternatives. The whole prompt is then prefilled (no reuse, no prefix cache), its
+  // logits kept for each piece of the wave.
+  bool want_prompt_logprobs = false;
+  int prompt_top = 0;
   // Prompt prefix lengths to snapshot into the prefix cache besides the whole prompt (ascending,
   // each < prompt.size()): the end of the system/tools preamble.
   std::vector<size_t> cache_points;
-  // Constrained decoding (response_format): every token is drawn from the ones it allows, and it
-  // is advanced by each; null = unconstrained. The worker owns it while the job runs.
-  std::unique_ptr<constrain::JsonConstraint> constraint;
+  // Constrained decoding (response_format, tool calls): every token is drawn from the ones it
+  // allows, and it is advanced by each; null = unconstrained. The worker owns it while the job
+  // runs. The worker keeps its shortest ending within the remaining budget (max_tokens, which
+  // already counts the context's room), and emits that ending when they meet (budget_closed).
+  std::unique_ptr<constrain::TokenConstraint> constraint;
 
   enum class End { kNone, kEos, kLength, kCancelled, kError };
 
   // Worker -> reader. Guarded by mu; cv signals every change.
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<int32_t> tokens;    // generated so far (reader keeps its own cursor)
-  std::vector<StepTiming> steps;  // steps[i]: the engine work that produced tokens[i]
-  bool started = false;           // the worker took the job (prefill running)
-  bool prefilled = false;         // prompt processed; first token follows
-  int64_t cached_tokens = 0;      // prompt tokens reused from the saved state
+  std::vector<int32_t> tokens;                // generated so far (reader keeps its own cursor)
+  std::vector<StepTiming> steps;              // steps[i]: the engine work that produced tokens[i]
+  std::vector<TokenLogprob> logprobs;         // logprobs[i]: tokens[i]'s (top_logprobs >= 0)
+  std::vector<TokenLogprob> prompt_logprobs;  // [i]: prompt[i + 1]'s (set with `prefilled`)
+  bool started = false;                       // the worker took the job (prefill running)
+  bool prefilled = false;                     // prompt processed; first token follows
+  int64_t cached_tokens = 0;                  // prompt tokens reused from the saved state
   End end = End::kNone;
   std::string error;
   double prefill_seconds = 0;  // the prefill of the uncached prompt (set with `prefilled`)
+  // The budget ran out inside a constrained answer, which was then ended by its shortest valid
+  // completion (the answer still reports finish_reason "length").
+  bool budget_closed = false;
 
   // The client is gone: counted as cancelled in /metrics.
   void Cancel() { cancelled.store(true); }
@@ -116,6 +135,11 @@ class Scheduler {
                     std::chrono::steady_clock::time_point since, int64_t* generated,
                     std::string* error);
 
+  // Draws the next token of a job whose constraint is active, keeping its shortest valid ending
+  // within `budget` (the tokens the answer may still take, this one included). -1: nothing fits.
+  int32_t ConstrainedDraw(Job& job, Sampler& sampler, std::vector<uint8_t>& allowed,
+                          int64_t budget);
+
   const Engine& engine_;
   const int max_queue_;
   const int64_t prefill_piece_;
@@ -130,6 +154,7 @@ class Scheduler {
   std::unique_ptr<Speculator> speculator_;
   std::vector<int32_t> pass_tokens_;  // the tokens of one speculative step
   std::vector<int32_t> fed_;          // every token the session has been fed, in order
+  std::vector<float> wave_logits_;    // a prefill piece's logits (prompt logprobs only)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

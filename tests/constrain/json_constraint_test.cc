@@ -2,6 +2,10 @@
 // JSON texts it should (whole strings and every byte prefix), the schema compiler's subset and
 // its refusals, and the token mask over the tiny model's vocabulary: greedy walks driven only by
 // the mask always end in a value that nlohmann::json parses and an independent check validates.
+// Budget-aware closing: from every state the shortest ending completes the value, and walks held
+// to a token budget the way the server holds them always end parsing and validating within it.
+// Tool calls (ToolCallConstraint): walks in every mode give K3 tool sections whose calls the chat
+// parser reads back with arguments that parse and validate against the tool's schema.
 #include "constrain/json_constraint.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "constrain/tool_constraint.h"
+#include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deltafin::constrain {
@@ -290,6 +296,236 @@ TEST_F(MaskTest, SpecialTokensOnlyEosWhenComplete) {
   }
   EXPECT_EQ(c.Mask(allowed), 1);
   EXPECT_EQ(allowed[static_cast<size_t>(eos)], 1);
+}
+
+const char* kBudgetSchema = R"({"type":"object","properties":{
+    "answer":{"type":"string","minLength":2,"maxLength":40},
+    "n":{"type":"number"},
+    "flags":{"type":"array","items":{"type":"boolean"},"minItems":1,"maxItems":30},
+    "inner":{"type":"object","properties":{"k":{"enum":["cat","dog","x"]},"z":{"type":"integer"}},
+             "required":["k"]},
+    "kind":{"enum":["cat","dogs",7,null]}},
+  "required":["answer","flags","inner"],"additionalProperties":false})";
+
+// One token the way the server draws under a budget (scheduler.cc ConstrainedDraw) but uniformly:
+// close when the shortest ending takes the whole budget; else draw among the allowed tokens,
+// refusing one whose shortest ending would not fit in the tokens after it.
+int32_t BudgetDraw(TokenConstraint& c, std::vector<uint8_t>& allowed, int64_t budget,
+                   std::mt19937_64& rng) {
+  const int64_t cost = c.closing() ? -1 : c.CloseCost();
+  EXPECT_LE(cost, budget);
+  if (cost >= budget) c.BeginClosing();
+  c.Mask(allowed);
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < allowed.size(); ++i) {
+    if (allowed[i]) ids.push_back(static_cast<int32_t>(i));
+  }
+  while (!ids.empty()) {
+    const size_t k = rng() % ids.size();
+    const int32_t t = ids[k];
+    if (c.closing() || c.CloseCostAfter(t) <= budget - 1) return t;
+    ids.erase(ids.begin() + static_cast<ptrdiff_t>(k));
+  }
+  c.BeginClosing();
+  c.Mask(allowed);
+  for (size_t i = 0; i < allowed.size(); ++i) {
+    if (allowed[i]) return static_cast<int32_t>(i);
+  }
+  return -1;
+}
+
+TEST_F(MaskTest, ShortestEndingCompletesFromEveryState) {
+  const ojson schema_json = ojson::parse(kBudgetSchema);
+  auto schema = Schema(kBudgetSchema);
+  ASSERT_NE(schema, nullptr);
+  const int64_t vocab = tok_->vocab().vocab_size();
+  std::vector<uint8_t> allowed(static_cast<size_t>(vocab));
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    JsonConstraint c(schema, trie_, &tok_->vocab(), vocab, -1);
+    std::mt19937_64 rng(seed);
+    std::string text;
+    for (int step = 0; step < 60 && !c.Finished(); ++step) {
+      // From here, the ending's bytes complete a valid value and its token count is CloseCost.
+      JsonConstraint end = c;
+      std::vector<int32_t> ending;
+      end.ClosingTokens(&ending);
+      EXPECT_EQ(static_cast<int64_t>(ending.size()), c.CloseCost());
+      std::string tail;
+      for (int32_t t : ending) {
+        ASSERT_TRUE(end.Accept(t)) << text << " + " << tail;
+        std::string_view b;
+        tok_->vocab().IdBytes(static_cast<uint32_t>(t), &b);
+        tail += b;
+      }
+      ASSERT_TRUE(end.Accepting()) << text << " + " << tail;
+      ojson v;
+      ASSERT_NO_THROW(v = ojson::parse(text + tail)) << text + tail;
+      EXPECT_TRUE(Validate(schema_json, v)) << text + tail;
+      ASSERT_GT(c.Mask(allowed), 0);
+      std::vector<int32_t> ids;
+      for (size_t i = 0; i < allowed.size(); ++i) {
+        if (allowed[i]) ids.push_back(static_cast<int32_t>(i));
+      }
+      const int32_t pick = ids[rng() % ids.size()];
+      ASSERT_TRUE(c.Accept(pick));
+      std::string_view b;
+      tok_->vocab().IdBytes(static_cast<uint32_t>(pick), &b);
+      text += b;
+    }
+  }
+}
+
+TEST_F(MaskTest, BudgetedWalksAlwaysEndValidWithinTheBudget) {
+  const ojson schema_json = ojson::parse(kBudgetSchema);
+  auto schema = Schema(kBudgetSchema);
+  ASSERT_NE(schema, nullptr);
+  const int64_t vocab = tok_->vocab().vocab_size();
+  std::vector<uint8_t> allowed(static_cast<size_t>(vocab));
+  int closed = 0;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    JsonConstraint c(schema, trie_, &tok_->vocab(), vocab, -1);
+    const int64_t budget = c.CloseCost() + static_cast<int64_t>(seed % 25);
+    std::mt19937_64 rng(seed);
+    std::string text;
+    int64_t used = 0;
+    while (used < budget && !c.Finished()) {
+      const int32_t t = BudgetDraw(c, allowed, budget - used, rng);
+      ASSERT_GE(t, 0) << text;
+      ASSERT_TRUE(c.Accept(t)) << text;
+      std::string_view b;
+      tok_->vocab().IdBytes(static_cast<uint32_t>(t), &b);
+      text += b;
+      ++used;
+    }
+    closed += c.closing() ? 1 : 0;
+    ASSERT_TRUE(c.Accepting()) << "seed " << seed << " budget " << budget << ": " << text;
+    ojson v;
+    ASSERT_NO_THROW(v = ojson::parse(text)) << text;
+    EXPECT_TRUE(Validate(schema_json, v)) << text;
+  }
+  EXPECT_GE(closed, 10);  // most walks met their budget and were closed by the shortest ending
+}
+
+class ToolTest : public MaskTest {
+ protected:
+  // Walks `mode` under `budget` tokens from a fresh constraint; returns the tokens.
+  std::vector<int32_t> ToolWalk(ToolCallConstraint::Mode mode, size_t named, uint64_t seed,
+                                int64_t budget, bool* ended) {
+    std::vector<ToolSchema> tools;
+    tools.push_back({"get_weather", Schema(R"({"type":"object","properties":{
+        "city":{"type":"string","maxLength":12},"days":{"type":"integer"}},"required":["city"]})")});
+    tools.push_back({"now", JsonSchema::AnyObject()});
+    auto c = ToolCallConstraint::Create(*tok_, trie_, tok_->vocab().vocab_size(), tools, mode,
+                                        named, true);
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    std::vector<uint8_t> allowed(static_cast<size_t>(tok_->vocab().vocab_size()));
+    std::mt19937_64 rng(seed);
+    std::vector<int32_t> out;
+    const int32_t open = tok_->SpecialId("<|open|>");
+    // kAuto: the free part writes a little text, then opens the tool section.
+    if (mode == ToolCallConstraint::Mode::kAuto) {
+      for (const char* piece : {"Let me check.", "<|close|>", "response", "<|sep|>"}) {
+        const int32_t special = tok_->SpecialId(piece);
+        std::vector<int32_t> ids;
+        if (special >= 0) {
+          ids = {special};
+        } else {
+          ids = *tok_->Encode(piece);
+        }
+        for (int32_t id : ids) {
+          EXPECT_FALSE((*c)->Active());
+          EXPECT_TRUE((*c)->Accept(id));
+          out.push_back(id);
+        }
+      }
+      EXPECT_TRUE((*c)->Accept(open));
+      out.push_back(open);
+      EXPECT_TRUE((*c)->Active());
+    }
+    while (static_cast<int64_t>(out.size()) < budget && !(*c)->Ended()) {
+      const int32_t t = BudgetDraw(**c, allowed, budget - static_cast<int64_t>(out.size()), rng);
+      EXPECT_GE(t, 0);
+      if (t < 0) break;
+      EXPECT_TRUE((*c)->Accept(t));
+      out.push_back(t);
+    }
+    *ended = (*c)->Ended();
+    return out;
+  }
+};
+
+TEST_F(ToolTest, CallsParseAndValidateInEveryModeAndBudget) {
+  const ojson weather = ojson::parse(R"({"type":"object","properties":{
+      "city":{"type":"string","maxLength":12},"days":{"type":"integer"}},"required":["city"]})");
+  using Mode = ToolCallConstraint::Mode;
+  // The prompt's forced segments, as the server renders them (request.cc ForcedToolSegments).
+  const std::vector<int32_t> section =
+      *tokenizer::EncodeChat(*tok_, {{"<|open|>", true}, {"tools", false}, {"<|sep|>", true}});
+  std::vector<int32_t> named_prefix = section;
+  for (const auto& seg : std::vector<tokenizer::ChatSegment>{{"<|open|>", true},
+                                                             {"call", false},
+                                                             {" tool", false},
+                                                             {"=\"", false},
+                                                             {"get_weather", false},
+                                                             {"\"", false},
+                                                             {" index", false},
+                                                             {"=\"", false},
+                                                             {"0", false},
+                                                             {"\"", false},
+                                                             {"<|sep|>", true},
+                                                             {"<|open|>", true},
+                                                             {"json", false},
+                                                             {" type", false},
+                                                             {"=\"", false},
+                                                             {"object", false},
+                                                             {"\"", false},
+                                                             {"<|sep|>", true}}) {
+    const auto ids = *tokenizer::EncodeChat(*tok_, {seg});
+    named_prefix.insert(named_prefix.end(), ids.begin(), ids.end());
+  }
+  int calls = 0;
+  for (Mode mode : {Mode::kRequired, Mode::kNamed, Mode::kAuto}) {
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+      bool ended = false;
+      const int64_t budget = 40 + static_cast<int64_t>(seed * 3);
+      std::vector<int32_t> ids = ToolWalk(mode, 0, seed, budget, &ended);
+      EXPECT_LE(static_cast<int64_t>(ids.size()), budget);
+      std::vector<int32_t> all = mode == Mode::kNamed      ? named_prefix
+                                 : mode == Mode::kRequired ? section
+                                                           : std::vector<int32_t>{};
+      all.insert(all.end(), ids.begin(), ids.end());
+      // As the server reads it: the parser, plus the open call flushed when the budget cut its
+      // closing tags (forced modes).
+      tokenizer::ChatOutputParser parser(*tok_, false);
+      tokenizer::ChatDelta d;
+      for (int32_t id : all) ASSERT_TRUE(parser.Feed(id, &d).ok());
+      parser.Finish(&d);
+      if (mode != Mode::kAuto) parser.FlushOpenCall(&d);
+      if (mode != Mode::kAuto) {
+        EXPECT_GE(d.tool_calls.size(), 1u) << "seed " << seed;
+      }
+      for (const auto& call : d.tool_calls) {
+        ++calls;
+        ojson v;
+        ASSERT_NO_THROW(v = ojson::parse(call.arguments)) << call.arguments;
+        if (call.name == "get_weather") {
+          EXPECT_TRUE(Validate(weather, v)) << call.arguments;
+        } else {
+          EXPECT_EQ(call.name, "now");
+          EXPECT_TRUE(v.is_object()) << call.arguments;
+        }
+      }
+    }
+  }
+  EXPECT_GE(calls, 40);
+}
+
+TEST_F(ToolTest, UnsupportedOrNonObjectSchemasAreRefused) {
+  std::vector<ToolSchema> tools = {{"f", Schema(R"({"type":"string"})")}};
+  auto c = ToolCallConstraint::Create(*tok_, trie_, tok_->vocab().vocab_size(), tools,
+                                      ToolCallConstraint::Mode::kRequired, 0, true);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("object"), std::string::npos);
 }
 
 }  // namespace

@@ -14,10 +14,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "cli_runner.h"
 #include "deltafin/engine.h"
@@ -71,7 +73,8 @@ TEST_F(DemoTest, TrainedDemoModelContinuesInEnglish) {
   for (std::string w; std::getline(dict, w);) words.insert(lower(w));
   // stdout is the continuation's text alone (log lines go to stderr).
   auto run = testing::RunCliStreams("run --model " DF_DEMO_MODEL_DIR
-                                    " --prompt 'And God said unto Moses,' --max-new 48");
+                                    " --prompt 'And God said unto Moses,' --max-new 48"
+                                    " --repeat-penalty 1.3");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::string text = run.out;
   const std::regex word(R"([A-Za-z]+)");
@@ -84,6 +87,50 @@ TEST_F(DemoTest, TrainedDemoModelContinuesInEnglish) {
   std::printf("continuation: %s\n%zu of %zu words in the dictionary\n", text.c_str(), known, total);
   ASSERT_GE(total, 20u) << text;
   EXPECT_GE(static_cast<double>(known), 0.8 * static_cast<double>(total)) << text;
+}
+
+// The most times any run of 5 words occurs in `text`.
+size_t MostRepeatedFiveWords(const std::string& text) {
+  std::vector<std::string> w;
+  const std::regex word(R"([A-Za-z]+)");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), word); it != std::sregex_iterator();
+       ++it) {
+    w.push_back(it->str());
+  }
+  std::map<std::string, size_t> counts;
+  size_t most = 0;
+  for (size_t i = 0; i + 5 <= w.size(); ++i) {
+    std::string key;
+    for (size_t j = i; j < i + 5; ++j) key += w[j] + " ";
+    most = std::max(most, ++counts[key]);
+  }
+  return most;
+}
+
+// Greedy text of this small model loops ("nor to the house of Israel" five times); demo.sh's
+// --repeat-penalty 1.3 (docs/SERVER.md "Penalties") breaks the loop, and stays lossless under
+// speculation: the same ids with --speculate ngram and off.
+TEST_F(DemoTest, RepeatPenaltyBreaksTheDemoLoopAndSpeculationKeepsIt) {
+  const std::string base =
+      "run --model " DF_DEMO_MODEL_DIR " --prompt 'And God said unto Moses,' --max-new 48";
+  auto plain = testing::RunCliStreams(base);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_GE(MostRepeatedFiveWords(plain.out), 3u) << plain.out;
+  std::string ids[2];
+  const char* modes[2] = {"ngram", "off"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string path = (dir_ / (std::string("ids_") + modes[i] + ".json")).string();
+    auto run = testing::RunCliStreams(base + " --repeat-penalty 1.3 --frequency-penalty 0.1" +
+                                      " --speculate " + modes[i] + " --ids-out " + path);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_LT(MostRepeatedFiveWords(run.out), 3u) << run.out;
+    std::ifstream in(path);
+    std::getline(in, ids[i]);
+  }
+  EXPECT_FALSE(ids[0].empty());
+  EXPECT_EQ(ids[0], ids[1]);
+  auto bad = testing::RunCliStreams(base + " --presence-penalty 3");
+  EXPECT_NE(bad.exit_code, 0);
 }
 
 TEST_F(DemoTest, MakeModelThenRunGeneratesTokens) {

@@ -61,9 +61,15 @@ TEST(RequestTest, RejectsWhatItCannotHonourNamingTheField) {
   const std::pair<const char*, const char*> cases[] = {
       {R"({"messages":[{"role":"user","content":"x"}],"n":3})", "n"},
       {R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"1":2}})", "logit_bias"},
-      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})", "logprobs"},
-      {R"({"messages":[{"role":"user","content":"x"}],"presence_penalty":0.5})",
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":1})", "logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":3})", "top_logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})",
+       "top_logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"presence_penalty":2.5})",
        "presence_penalty"},
+      {R"({"messages":[{"role":"user","content":"x"}],"frequency_penalty":"1"})",
+       "frequency_penalty"},
+      {R"({"messages":[{"role":"user","content":"x"}],"repeat_penalty":0})", "repetition_penalty"},
       {R"({"messages":[{"role":"user","content":"x"}],"temperature":"1"})", "temperature"},
       {R"({"messages":[{"role":"user","content":"x"}],"temperature":3})", "temperature"},
       {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":0})", "max_tokens"},
@@ -112,7 +118,10 @@ TEST(RequestTest, CompletionPrompts) {
   EXPECT_EQ(r.prompt_ids, (std::vector<int64_t>{1, 2, 3}));
   EXPECT_TRUE(Parse(R"({"prompt":["a","b"]})", &r, Endpoint::kCompletion));
   EXPECT_TRUE(Parse(R"({"prompt":""})", &r, Endpoint::kCompletion));
-  EXPECT_TRUE(Parse(R"({"prompt":"x","logprobs":2})", &r, Endpoint::kCompletion));
+  ASSERT_FALSE(Parse(R"({"prompt":"x","logprobs":2,"echo":true})", &r, Endpoint::kCompletion));
+  EXPECT_EQ(r.logprobs, 2);
+  EXPECT_TRUE(r.echo);
+  EXPECT_TRUE(Parse(R"({"prompt":"x","logprobs":6})", &r, Endpoint::kCompletion));
   EXPECT_TRUE(Parse(R"({"prompt":"x","suffix":"y"})", &r, Endpoint::kCompletion));
 }
 
@@ -194,6 +203,56 @@ TEST(SamplerTest, GreedyIsArgmaxAndSeedsReproduce) {
   EXPECT_NE(draw(1, 1), draw(2, 1));
   // A tiny nucleus keeps only the best token (the best logit, 10.0, is shared: lowest id wins).
   for (int32_t id : draw(5, 1e-9)) EXPECT_EQ(id, ArgmaxToken(logits));
+}
+
+TEST(SamplerTest, PenaltiesFollowOpenAIAndLlamaServerSemantics) {
+  // Repetition (llama-server / HF): a positive logit divided, a negative one multiplied, for the
+  // tokens in the window (prompt included).
+  SamplingParams rep;
+  rep.repetition_penalty = 2;
+  rep.repeat_last_n = 4;
+  Sampler a(rep);
+  a.SetPrompt(std::vector<int32_t>{0});
+  const std::vector<float> pos = {2, 1.5, -1, 0};
+  EXPECT_EQ(Sampler(SamplingParams{}).Sample(pos), 0);
+  EXPECT_EQ(a.Peek(pos, {}), 1);  // 2 / 2 = 1 < 1.5
+  Sampler b(rep);
+  b.SetPrompt(std::vector<int32_t>{0});
+  const std::vector<float> neg = {-1, -1.5};
+  EXPECT_EQ(b.Peek(neg, {}), 1);  // -1 * 2 = -2 < -1.5
+  // The window slides: with repeat_last_n 1, only the latest token is penalised.
+  SamplingParams last1;
+  last1.repetition_penalty = 100;
+  last1.repeat_last_n = 1;
+  Sampler w(last1);
+  w.SetPrompt(std::vector<int32_t>{0, 1});
+  EXPECT_EQ(w.Peek(std::vector<float>{2, 3, 1}, {}), 0);  // 3 / 100 < 2
+  // Frequency and presence (OpenAI): logit - count * frequency - presence, over the tokens the
+  // sampler produced (the prompt does not count).
+  SamplingParams fp;
+  fp.frequency_penalty = 1;
+  fp.presence_penalty = 0.5;
+  Sampler f(fp);
+  f.SetPrompt(std::vector<int32_t>{1, 1, 1});
+  const std::vector<float> l = {3, 2, 0};
+  EXPECT_EQ(f.Sample(l), 0);  // nothing produced yet
+  EXPECT_EQ(f.Sample(l), 1);  // 3 - 1 - 0.5 = 1.5 < 2
+  EXPECT_EQ(f.Sample(l), 0);  // 1.5 > 2 - 1.5 = 0.5
+  EXPECT_EQ(f.Sample(l), 0);  // 3 - 2 - 0.5 = 0.5 ties 2 - 1 - 0.5: the lower id
+  EXPECT_EQ(f.Sample(l), 1);  // 3 - 3 - 0.5 = -0.5 < 0.5
+  // Deterministic with a seed.
+  auto draw = [&](uint64_t seed) {
+    SamplingParams sp;
+    sp.temperature = 1;
+    sp.seed = seed;
+    sp.frequency_penalty = 0.7;
+    sp.repetition_penalty = 1.3;
+    Sampler s(sp);
+    std::vector<int32_t> out;
+    for (int i = 0; i < 40; ++i) out.push_back(s.Sample(l));
+    return out;
+  };
+  EXPECT_EQ(draw(9), draw(9));
 }
 
 TEST(StopMatcherTest, HoldsBackPartialMatchesAndCutsAtTheStop) {
@@ -468,16 +527,15 @@ TEST_F(AssemblerTest, ForcedToolCallsOpenTheCallInThePrompt) {
   EXPECT_TRUE(std::equal(plain.begin(), plain.end(), prompt.begin()));
   const std::vector<int32_t> suffix(prompt.begin() + static_cast<ptrdiff_t>(plain.size()),
                                     prompt.end());
-  EXPECT_EQ(suffix,
-            Ids("<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|>"
-                "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"0\"<|sep|>"));
-  // The model writes only the arguments; the call carries the forced name.
+  EXPECT_EQ(suffix, Ids("<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|>"
+                        "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"0\"<|sep|>"
+                        "<|open|>json type=\"object\"<|sep|>"));
+  // The model writes only the JSON arguments; the call carries the forced name.
   OutputAssembler a(req, *tok_, eos_);
   bool ended = false;
   OutputDelta all = Run(a,
-                        Ids("<|open|>argument key=\"city\" type=\"string\"<|sep|>Paris"
-                            "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"
-                            "<|close|>message<|sep|><|end_of_msg|>"),
+                        Ids("{\"city\":\"Paris\"}<|close|>json<|sep|><|close|>call<|sep|>"
+                            "<|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>"),
                         &ended);
   EXPECT_TRUE(ended);
   ASSERT_EQ(all.tool_calls.size(), 1u);
@@ -485,12 +543,11 @@ TEST_F(AssemblerTest, ForcedToolCallsOpenTheCallInThePrompt) {
   EXPECT_EQ(all.tool_calls[0].arguments, R"({"city":"Paris"})");
   EXPECT_EQ(all.reasoning, "");
   EXPECT_EQ(a.FinishReason(), "tool_calls");
-  // Cut off by the token budget inside the call (Finish): still reported, with the arguments
-  // completed before the cut.
+  // Cut off by the token budget after the arguments (Finish): still reported (the tool
+  // constraint closes the JSON within the budget; the closing tags may not fit).
   OutputAssembler cut(req, *tok_, eos_);
   OutputDelta d, rest;
-  for (int32_t id : Ids("<|open|>argument key=\"city\" type=\"string\"<|sep|>Paris"
-                        "<|close|>argument<|sep|><|open|>argument key=\"days\" type=\"n")) {
+  for (int32_t id : Ids("{\"city\":\"Paris\"}<|close|>js")) {
     EXPECT_FALSE(cut.Feed(id, &d));
     EXPECT_TRUE(d.tool_calls.empty());
   }
