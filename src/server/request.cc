@@ -463,6 +463,14 @@ std::optional<ApiError> CompileToolSchemas(const GenerationRequest& request,
       tool.parameters = constrain::JsonSchema::AnyObject();
     } else {
       auto compiled = constrain::JsonSchema::Compile(*params);
+      if (!compiled.ok() && request.tool_choice == ToolChoice::kAuto) {
+        // A call the model may choose (auto): a schema the automaton cannot bind (anyOf, $ref,
+        // pattern, ...) still gets an object, just not a schema-bound one, so agents whose tool
+        // lists use such keywords keep working; a forced call needs the guarantee: 400 below.
+        tool.parameters = constrain::JsonSchema::AnyObject();
+        out->push_back(std::move(tool));
+        continue;
+      }
       if (!compiled.ok()) {
         std::string m = compiled.status().message();
         const std::string prefix = "response_format: ";

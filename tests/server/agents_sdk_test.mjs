@@ -191,7 +191,7 @@ const tests = [
   forcedCallTest('chat completions', chatCall),
   forcedCallTest('messages', messagesCall),
   forcedCallTest('responses', responsesCall),
-  ['tool_choice auto: any call the model opens validates; unsupported parameters are a 400',
+  ['tool_choice auto: any call the model opens validates; unsupported keywords: 400 when forced, unbound objects with auto',
     async () => {
       const tools = [{ type: 'function', function: { name: 'get_weather', parameters: WEATHER } }];
       for (let seed = 0; seed < 4; seed++) {
@@ -207,9 +207,18 @@ const tests = [
         tools: bad, tool_choice: 'required', max_tokens: 4 }),
       (e) => e instanceof OpenAI.BadRequestError && /'pattern'/.test(e.message) &&
         e.param === 'tools');
+      const anyOfTools = [{ name: 'f',
+        input_schema: { type: 'object', properties: { a: { anyOf: [] } } } }];
       await assert.rejects(anthropic.messages.create({ model: 'x', max_tokens: 4, messages: user,
-        tools: [{ name: 'f', input_schema: { type: 'object', properties: { a: { anyOf: [] } } } }],
+        tools: anyOfTools, tool_choice: { type: 'any' },
       }), (e) => e instanceof Anthropic.BadRequestError && /'anyOf'/.test(e.message));
+      // With auto the same tool list is served (its calls are objects, not schema-bound), so
+      // agents whose tools use keywords the automaton lacks keep working.
+      const free = await anthropic.messages.create({ model: 'x', max_tokens: 24, messages: user,
+        tools: anyOfTools });
+      for (const b of free.content) {
+        if (b.type === 'tool_use') assert.equal(typeof b.input, 'object', 'auto call input');
+      }
     }],
   ['json_schema at temperature 1, max_completion_tokens 96: 50 seeded answers validate',
     async () => {
