@@ -149,7 +149,13 @@ Status DownloadFile(net::HttpClient& client, const DownloadTarget& t, Progress* 
                     bool* fetched) {
   *fetched = false;
   std::error_code ec;
-  if (fs::is_regular_file(t.dest, ec) && fs::file_size(t.dest, ec) == t.size) return Status::Ok();
+  if (fs::is_regular_file(t.dest, ec) && fs::file_size(t.dest, ec) == t.size) {
+    // A kill between the rename into place and the removal of the ETag file (another file's
+    // crash point can land there while this one finishes) leaves the ETag file behind: the file
+    // is complete, so its resume state goes.
+    fs::remove(t.dest + ".partial.etag", ec);
+    return Status::Ok();
+  }
   fs::create_directories(fs::path(t.dest).parent_path(), ec);
   *fetched = true;
   StartOver first = StartOver::kNo;
