@@ -215,6 +215,11 @@ class MaskTest : public ::testing::Test {
     tok_ = std::move(tok).value().release();
     trie_ = std::make_shared<const TokenTrie>(tok_->vocab());
   }
+  static void TearDownTestSuite() {
+    trie_.reset();
+    delete tok_;
+    tok_ = nullptr;
+  }
   static tokenizer::Tokenizer* tok_;
   static std::shared_ptr<const TokenTrie> trie_;
 };
