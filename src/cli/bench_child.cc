@@ -13,6 +13,14 @@
 
 namespace deltafin::cli {
 
+void AddBenchScenarioOption(CLI::App* cmd, std::string* scenario) {
+  cmd->add_option("--scenario", *scenario,
+                  "stream-spine-resident (budget: spine + 1 GiB), stream-spine-streamed (half "
+                  "the spine), resident (no limit, after a warm-up pass)")
+      ->check(OneOf({"stream-spine-resident", "stream-spine-streamed", "resident"}))
+      ->capture_default_str();
+}
+
 Result<uint64_t> ApplyBenchScenario(const std::string& scenario, EngineOptions* options) {
   if (scenario == "resident") {
     options->experts = EngineOptions::Experts::kMapped;

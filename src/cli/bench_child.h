@@ -8,6 +8,7 @@
 // JSON back through a temporary file. The parent adds the cgroup's limit and peak memory use.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,9 @@ inline constexpr uint64_t kBenchProcessOverhead = 192ull << 20;
 // half the spine). Returns the cgroup limit (the engine's budget plus kBenchProcessOverhead; 0
 // for no limit).
 Result<uint64_t> ApplyBenchScenario(const std::string& scenario, EngineOptions* options);
+
+// Adds `--scenario` (one of the three above, default as *scenario holds) to a bench subcommand.
+void AddBenchScenarioOption(CLI::App* cmd, std::string* scenario);
 
 // Runs `measure` in a child process under a memory cgroup of `limit` bytes (none when 0 or
 // `no_memory_limit`) and stores its JSON, with "memory_limit" and "peak_memory_bytes" added, in

@@ -448,11 +448,7 @@ void RegisterBenchDecode(CLI::App* bench, int* exit_code) {
       "compute), under a real memory limit (scenarios: docs/PERFORMANCE.md)");
   args->model.Add(cmd);
   args->model.quiet_plan = true;
-  cmd->add_option("--scenario", args->scenario,
-                  "stream-spine-resident (budget: spine + 1 GiB), stream-spine-streamed (half "
-                  "the spine), resident (no limit, after a warm-up pass)")
-      ->check(OneOf({"stream-spine-resident", "stream-spine-streamed", "resident"}))
-      ->capture_default_str();
+  AddBenchScenarioOption(cmd, &args->scenario);
   cmd->add_option("--steps", args->steps, "Decode steps (the first is not counted)")
       ->check(IntRange(2, 100000))
       ->capture_default_str();

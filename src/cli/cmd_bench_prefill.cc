@@ -264,11 +264,7 @@ void RegisterBenchPrefill(CLI::App* bench, int* exit_code) {
       "disk bandwidth, or FLOPs / measured multiply-add peak), under a real memory limit");
   args->model.Add(cmd);
   args->model.quiet_plan = true;
-  cmd->add_option("--scenario", args->scenario,
-                  "stream-spine-resident (budget: spine + 1 GiB), stream-spine-streamed (half "
-                  "the spine), resident (no limit, after a warm-up pass)")
-      ->check(OneOf({"stream-spine-resident", "stream-spine-streamed", "resident"}))
-      ->capture_default_str();
+  AddBenchScenarioOption(cmd, &args->scenario);
   cmd->add_option("--prompt-tokens", args->prompt_tokens,
                   "Prompt length (token ids spread over the vocabulary)")
       ->check(IntRange(1, 1 << 20))

@@ -17,6 +17,7 @@ import { readFileSync } from 'node:fs';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { runTests } from './test_runner.mjs';
+import { valid } from './schema_check.mjs';
 
 const [baseURL, bin, modelDir, workDir] = process.argv.slice(2);
 const root = baseURL.replace(/\/v1$/, '');
@@ -24,34 +25,6 @@ const openai = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 3
 const anthropic = new Anthropic({ baseURL: root, apiKey: 'unused', maxRetries: 0,
   timeout: 300000 });
 
-// Does v satisfy the schema subset (type, enum, properties, required, additionalProperties,
-// items, min/maxItems, min/maxLength)?
-function valid(schema, v) {
-  const same = (a, b) => a === b && typeof a === typeof b;
-  if ('enum' in schema) return schema.enum.some((e) => same(v, e));
-  const kind = Array.isArray(v) ? 'array' : v === null ? 'null' : typeof v;
-  switch (schema.type) {
-    case undefined: return true;
-    case 'null': return v === null;
-    case 'boolean': return kind === 'boolean';
-    case 'integer': return Number.isInteger(v);
-    case 'number': return kind === 'number';
-    case 'string':
-      return kind === 'string' && [...v].length >= (schema.minLength ?? 0) &&
-        [...v].length <= (schema.maxLength ?? Infinity);
-    case 'array':
-      return kind === 'array' && v.length >= (schema.minItems ?? 0) &&
-        v.length <= (schema.maxItems ?? Infinity) && v.every((x) => valid(schema.items ?? {}, x));
-    case 'object': {
-      if (kind !== 'object') return false;
-      const props = schema.properties ?? {};
-      if ((schema.required ?? []).some((r) => !(r in v))) return false;
-      return Object.entries(v).every(([k, x]) =>
-        k in props ? valid(props[k], x) : schema.additionalProperties !== false);
-    }
-    default: return false;
-  }
-}
 function check(schema, value, what) {
   assert.ok(valid(schema, value), `${what}: does not validate: ${JSON.stringify(value)}`);
 }

@@ -11,6 +11,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { runTests } from './test_runner.mjs';
+import { valid } from './schema_check.mjs';
 
 const [mode, baseURL, stateFile] = process.argv.slice(2);
 const root = baseURL.replace(/\/v1$/, '');
@@ -33,35 +34,6 @@ const SCHEMA = {
 };
 const ask = [{ role: 'user', content: 'Describe the weather as JSON.' }];
 
-// Does v satisfy the schema subset above (type, enum, const, properties, required,
-// additionalProperties, items, min/maxItems, min/maxLength)?
-function valid(schema, v) {
-  const same = (a, b) => a === b && typeof a === typeof b;
-  if ('const' in schema) return same(v, schema.const);
-  if ('enum' in schema) return schema.enum.some((e) => same(v, e));
-  const kind = Array.isArray(v) ? 'array' : v === null ? 'null' : typeof v;
-  switch (schema.type) {
-    case undefined: return true;
-    case 'null': return v === null;
-    case 'boolean': return kind === 'boolean';
-    case 'integer': return Number.isInteger(v);
-    case 'number': return kind === 'number';
-    case 'string':
-      return kind === 'string' && [...v].length >= (schema.minLength ?? 0) &&
-        [...v].length <= (schema.maxLength ?? Infinity);
-    case 'array':
-      return kind === 'array' && v.length >= (schema.minItems ?? 0) &&
-        v.length <= (schema.maxItems ?? Infinity) && v.every((x) => valid(schema.items ?? {}, x));
-    case 'object': {
-      if (kind !== 'object') return false;
-      const props = schema.properties ?? {};
-      if ((schema.required ?? []).some((r) => !(r in v))) return false;
-      return Object.entries(v).every(([k, x]) =>
-        k in props ? valid(props[k], x) : schema.additionalProperties !== false);
-    }
-    default: return false;
-  }
-}
 function parsesAndValidates(text, what) {
   let v;
   try {

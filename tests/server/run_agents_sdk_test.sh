@@ -13,7 +13,7 @@ source "$src/serve_lib.sh"
 trap stop_servers EXIT
 mkdir -p "$work"
 npm_ci "$src"
-cp "$src/agents_sdk_test.mjs" "$src/test_runner.mjs" "$work/"
+cp "$src/agents_sdk_test.mjs" "$src/test_runner.mjs" "$src/schema_check.mjs" "$work/"
 make_tiny_model
 start_server base "$work/serve.log" --model "$work/model" --threads 2
 node "$work/agents_sdk_test.mjs" "$base" "$bin" "$work/model" "$work" || {

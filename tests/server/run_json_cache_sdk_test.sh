@@ -14,7 +14,7 @@ source "$src/serve_lib.sh"
 trap stop_servers EXIT
 mkdir -p "$work"
 npm_ci "$src"
-cp "$src/json_cache_sdk_test.mjs" "$src/test_runner.mjs" "$work/"
+cp "$src/json_cache_sdk_test.mjs" "$src/test_runner.mjs" "$src/schema_check.mjs" "$work/"
 make_tiny_model
 rm -rf "$work/cache" "$work/state.json"
 serve_args=(--model "$work/model" --threads 2 --cache-dir "$work/cache")
