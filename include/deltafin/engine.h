@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -236,6 +237,12 @@ class Session {
   // Forgets the sequence (state zeroed, position 0); keeps the reserved memory.
   void Reset();
   void SetObserver(ForwardObserver* observer);
+  // A flag that stops a Prefill in progress within one routed expert's work (a server's client
+  // that went away; a K3-scale wave otherwise runs for minutes): Prefill reads it between layers
+  // and between routed experts and, once it holds true, returns an error for which
+  // IsInterrupted() holds. A wave stopped halfway leaves no usable state, so the session is then
+  // Reset (position 0). Null (the default) turns the check off. Decode and Verify ignore it.
+  void SetInterrupt(const std::atomic<bool>* flag);
   const SessionStats& stats() const;
   void ResetStats();
 
@@ -302,6 +309,9 @@ class Engine {
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// True for the error a Prefill returns when its interrupt flag stopped it (Session::SetInterrupt).
+bool IsInterrupted(const Status& status);
 
 // Greedy choice: the highest logit, ties to the lowest id.
 int32_t ArgmaxToken(std::span<const float> logits);

@@ -57,7 +57,11 @@ void ThreadPool::Run(Fn fn, void* ctx) {
     generation_.fetch_add(1, std::memory_order_release);
   }
   wake_cv_.notify_all();
+  // The caller's part runs as a worker's does: a Run from inside it (a kernel called by a task
+  // that the pool spread over experts) runs inline instead of waiting for the pool it holds.
+  t_in_worker = true;
   fn(ctx, 0, num_threads_);
+  t_in_worker = false;
   for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
     if (spins < kSpinIterations) {
       CpuRelax();

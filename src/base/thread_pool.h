@@ -7,7 +7,9 @@
 // variable, so an idle pool costs no CPU.
 //
 // Run is meant for one caller at a time (the engine's compute thread); concurrent callers are
-// serialised by a mutex. A call from inside a worker runs inline on that worker (no deadlock).
+// serialised by a mutex. A call from inside a Run (on a worker or on the caller's own part) runs
+// inline on that thread: a task spread over the pool may call the kernels, which then use one
+// thread each (the MoE block runs a prefill wave's experts side by side this way).
 #pragma once
 
 #include <atomic>

@@ -62,6 +62,7 @@ struct Session::Impl {
   const float* pending_rows = nullptr;  // logits rows of the pending Verify
   AlignedBuffer<float> logits;          // [vocab] of the last fed position
   std::mutex* stream_mutex = nullptr;   // held during a forward pass when experts stream
+  const std::atomic<bool>* interrupt = nullptr;  // SetInterrupt: checked by Prefill's passes
 };
 
 namespace {
@@ -513,8 +514,16 @@ Status Session::Prefill(std::span<const int32_t> tokens, std::span<float> all_lo
     float* out = !all_logits.empty() ? all_logits.data() + begin * vocab
                  : last              ? impl_->logits.data()
                                      : nullptr;
-    DF_RETURN_IF_ERROR(
-        f.Run(tokens.data() + begin, static_cast<int64_t>(n), !all_logits.empty(), out));
+    // Only prefill passes read the interrupt flag: a decode step is short, and a verify pass
+    // must reach its Commit.
+    f.SetInterrupt(impl_->interrupt);
+    Status st = f.Run(tokens.data() + begin, static_cast<int64_t>(n), !all_logits.empty(), out);
+    f.SetInterrupt(nullptr);
+    if (IsInterrupted(st)) {
+      f.Reset();
+      return st;
+    }
+    DF_RETURN_IF_ERROR(st);
     begin += n;
     if (progress) progress(static_cast<int64_t>(begin), static_cast<int64_t>(tokens.size()));
   }
@@ -563,6 +572,11 @@ void Session::Reset() {
   impl_->pending_rows = nullptr;
 }
 void Session::SetObserver(ForwardObserver* observer) { impl_->forward.SetObserver(observer); }
+void Session::SetInterrupt(const std::atomic<bool>* flag) { impl_->interrupt = flag; }
+
+bool IsInterrupted(const Status& status) {
+  return !status.ok() && status.message() == kInterrupted;
+}
 const SessionStats& Session::stats() const { return impl_->forward.stats(); }
 void Session::ResetStats() { impl_->forward.ResetStats(); }
 

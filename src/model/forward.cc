@@ -139,6 +139,9 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
   int64_t n_anchors = 0;
   acquired_group_ = -1;  // another session may have used the ring since this one's last pass
   for (int64_t i = 0; i < c_.num_hidden_layers; ++i) {
+    if (interrupt_ != nullptr && interrupt_->load(std::memory_order_relaxed)) {
+      return Status::Error(kInterrupted);
+    }
     DF_RETURN_IF_ERROR(AcquireSpine(i));
     const LayerWeights& lw = Layer(i);
     // 1. Attention input: the bare partial before any anchor exists (layer 0), else the mix.
@@ -198,7 +201,7 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
       if (early && next_is_moe && experts_->takes_guesses()) {
         if (const LayerWeights* ready = spine_->ReadyLayer(i + 1)) next = &ready->moe;
       }
-      const ExpertAccess access{&w_.expert_layout, experts_, next, &stats_, &timer_};
+      const ExpertAccess access{&w_.expert_layout, experts_, next, &stats_, &timer_, interrupt_};
       DF_RETURN_IF_ERROR(
           MoeForward(c_, lw.moe, i, access, normed_.data(), n, &ffn_scratch_, sublayer_.data()));
       if (observer_) {

@@ -7,6 +7,7 @@
 // reserved by Reserve(); Run() does not allocate.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -63,6 +64,8 @@ class ForwardPass {
   const ModelConfig& config() const { return c_; }
   void Reset();
   void SetObserver(ForwardObserver* observer) { observer_ = observer; }
+  // Session::SetInterrupt: read between layers and between routed experts.
+  void SetInterrupt(const std::atomic<bool>* flag) { interrupt_ = flag; }
   // Where the routed experts' spans come from (not owned; null: the mapped spans). `lookahead`
   // guesses the next layer's experts with its router, for sources that take guesses.
   using Lookahead = EngineOptions::Lookahead;
@@ -103,6 +106,7 @@ class ForwardPass {
   int64_t position_ = 0;
   int64_t max_anchors_;
   ForwardObserver* observer_ = nullptr;
+  const std::atomic<bool>* interrupt_ = nullptr;
   MappedExperts mapped_experts_;  // the default expert source
   ResidentSpine resident_spine_;  // the default spine source
   ExpertSource* experts_ = &mapped_experts_;

@@ -1,8 +1,12 @@
 #include "model/moe.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstring>
+#include <numeric>
 
+#include "base/thread_pool.h"
 #include "kernels/matvec.h"
 #include "model/linear.h"
 #include "model/ops.h"
@@ -96,6 +100,92 @@ void BuildWorkLists(const int32_t* ids, int64_t count, const int32_t* needed, in
   for (int64_t j = 0; j < m; ++j) mark[needed[j]] = -1;
 }
 
+// Rows of the j-th expert's work list (the positions that chose it).
+int64_t Members(const FfnScratch& s, int64_t j) {
+  return s.work_begin[static_cast<size_t>(j + 1)] - s.work_begin[static_cast<size_t>(j)];
+}
+
+// One routed expert of a layer over the positions that chose it, using scratch rows
+// [row0, row0 + members) of z_gathered, u1, u3 and y_expert (so experts with disjoint rows can
+// run at once): gathers the positions' latent inputs, w1 and w3, SiTU, w2, and scatters each
+// row's output to the selection slot it answers.
+struct ExpertJob {
+  int64_t j;            // index into the layer's needed experts and work lists
+  const uint8_t* span;  // the expert's bytes (ExpertLayout), valid until the source's End
+  int64_t row0;         // first scratch row
+};
+
+void RunExpert(const ModelConfig& c, const ExpertLayout& layout, FfnScratch* s,
+               const ExpertJob& job) {
+  const int64_t latent = c.routed_expert_hidden_size, inter = c.moe_intermediate_size,
+                k = c.num_experts_per_token;
+  const auto latent_bytes = static_cast<size_t>(latent) * sizeof(float);
+  const int32_t* list = s->work.data() + s->work_begin[static_cast<size_t>(job.j)];
+  const int64_t members = Members(*s, job.j);
+  float* z = s->z_gathered.data() + job.row0 * latent;
+  float* u1 = s->u1.data() + job.row0 * inter;
+  float* u3 = s->u3.data() + job.row0 * inter;
+  float* y = s->y_expert.data() + job.row0 * latent;
+  for (int64_t q = 0; q < members; ++q) {
+    std::memcpy(z + q * latent, s->z.data() + (list[q] / k) * latent, latent_bytes);
+  }
+  const uint8_t* span = job.span;
+  kernels::MatMulMxfp4(span + layout.w1_packed, span + layout.w1_scale, inter, latent, z, members,
+                       u1);
+  kernels::MatMulMxfp4(span + layout.w3_packed, span + layout.w3_scale, inter, latent, z, members,
+                       u3);
+  SituInPlace(u1, u3, members * inter, c.situ_beta, c.situ_linear_beta);
+  kernels::MatMulMxfp4(span + layout.w2_packed, span + layout.w2_scale, latent, inter, u1, members,
+                       y);
+  for (int64_t q = 0; q < members; ++q) {
+    std::memcpy(s->y_slots.data() + static_cast<int64_t>(list[q]) * latent, y + q * latent,
+                latent_bytes);
+  }
+}
+
+// Selections per expert (positions × top-k ÷ experts) from which the lookahead guesses a whole
+// layer instead of routing the wave again.
+constexpr int64_t kGuessEveryExpertFactor = 8;
+
+// Experts that run side by side: at most kMaxExpertGroup, their rows together at most the wave's
+// positions (the scratch holds that many rows; every position chooses an expert at most once).
+constexpr int64_t kMaxExpertGroup = 64;
+// Fewer positions than this (decode steps, verify passes): one expert at a time.
+constexpr int64_t kExpertsSideBySideMinPositions = 16;
+
+struct ExpertGroup {
+  const ModelConfig* c;
+  const ExpertLayout* layout;
+  FfnScratch* s;
+  std::array<ExpertJob, kMaxExpertGroup> jobs{};
+  int64_t count = 0;
+  int64_t rows = 0;
+  std::atomic<int64_t> next{0};
+};
+
+// Runs the group's experts and empties it. One expert: its products split their rows over the
+// pool. Several: each thread takes the next unclaimed expert until none is left (the kernels
+// called from inside a pool task run on that thread alone).
+void RunGroup(ExpertGroup* g) {
+  if (g->count == 1) {
+    RunExpert(*g->c, *g->layout, g->s, g->jobs[0]);
+  } else if (g->count > 1) {
+    g->next.store(0, std::memory_order_relaxed);
+    DefaultPool().Run(
+        [](void* ctx, int, int) {
+          auto* group = static_cast<ExpertGroup*>(ctx);
+          for (;;) {
+            const int64_t i = group->next.fetch_add(1, std::memory_order_relaxed);
+            if (i >= group->count) return;
+            RunExpert(*group->c, *group->layout, group->s, group->jobs[static_cast<size_t>(i)]);
+          }
+        },
+        g);
+  }
+  g->count = 0;
+  g->rows = 0;
+}
+
 }  // namespace
 
 void PrefetchGuess(const ModelConfig& c, const MoeWeights& next, int64_t next_layer,
@@ -104,12 +194,21 @@ void PrefetchGuess(const ModelConfig& c, const MoeWeights& next, int64_t next_la
   const RouterConfig rc{c.num_experts,      k,
                         c.num_expert_group, c.topk_group,
                         c.moe_renormalize,  c.routed_scaling_factor};
-  Linear(next.router, x, n, s->router_logits.data());
-  for (int64_t t = 0; t < n; ++t) {
-    Route(rc, s->router_logits.data() + t * c.num_experts, next.correction_bias,
-          s->router_scratch.data(), s->guess_ids.data() + t * k, s->guess_weights.data() + t * k);
+  int64_t m = 0;
+  if (n * k >= kGuessEveryExpertFactor * c.num_experts) {
+    // A wave this long chooses every expert of the layer but for a chance of about
+    // exp(-kGuessEveryExpertFactor) each, so the guess is the whole layer, without a second
+    // router pass over the wave.
+    m = c.num_experts;
+    std::iota(s->guess_union.data(), s->guess_union.data() + m, 0);
+  } else {
+    Linear(next.router, x, n, s->router_logits.data());
+    for (int64_t t = 0; t < n; ++t) {
+      Route(rc, s->router_logits.data() + t * c.num_experts, next.correction_bias,
+            s->router_scratch.data(), s->guess_ids.data() + t * k, s->guess_weights.data() + t * k);
+    }
+    m = ExpertUnion(s->guess_ids.data(), n * k, s->mark.data(), s->guess_union.data());
   }
-  const int64_t m = ExpertUnion(s->guess_ids.data(), n * k, s->mark.data(), s->guess_union.data());
   // In file order, like the layer's own batches: when the guesses are more than the streamer
   // queues, those it takes are the ones the layer's first batch will pin.
   SortByFileOffset(next, s->guess_union.data(), m);
@@ -124,8 +223,7 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
                   float* out) {
   const ExpertLayout& layout = *access.layout;
   const int64_t hidden = c.hidden_size, latent = c.routed_expert_hidden_size,
-                inter = c.moe_intermediate_size, k = c.num_experts_per_token,
-                n_experts = c.num_experts;
+                k = c.num_experts_per_token, n_experts = c.num_experts;
   const RouterConfig rc{
       n_experts, k, c.num_expert_group, c.topk_group, c.moe_renormalize, c.routed_scaling_factor};
   Linear(w.router, x, n, s->router_logits.data());
@@ -146,11 +244,20 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
   // batch's first experts are queued as guesses, so the disk does not idle at batch boundaries.
   // The per-slot outputs are combined in selection order below, so the order experts arrive in
   // does not matter.
-  const auto latent_bytes = static_cast<size_t>(latent) * sizeof(float);
   ExpertSource* source = access.source;
   const int64_t batch = source->max_batch();
   // Time spent in the source is I/O wait unless its experts are all in RAM already.
   const OpFamily wait = source->always_ready() ? OpFamily::kRoutedExperts : OpFamily::kExpertIoWait;
+  // A wave's experts run side by side, one per thread (each expert's products then use one
+  // thread: no hand-off per small call); a decode step or a verify pass (few positions, experts of
+  // one or two rows each) runs one expert at a time with its rows split over the threads, as soon
+  // as its bytes are in. Either way each output gets the same fused multiply-adds in the same
+  // order (kernels/matvec.h), so the result is the same bit for bit.
+  ExpertGroup group{&c, &layout, s};
+  const int threads = DefaultPool().num_threads();
+  const int64_t group_limit = (threads > 1 && n >= kExpertsSideBySideMinPositions)
+                                  ? std::min<int64_t>(kMaxExpertGroup, int64_t{4} * threads)
+                                  : 1;
   for (int64_t b0 = 0; b0 < m; b0 += batch) {
     const int64_t b1 = std::min(m, b0 + batch);
     DF_RETURN_IF_ERROR(
@@ -181,27 +288,18 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
         source->End();
         return ready.status();
       }
+      if (access.interrupt != nullptr && access.interrupt->load(std::memory_order_relaxed)) {
+        source->End();
+        return Status::Error(kInterrupted);
+      }
       const int64_t j = b0 + ready->index;
-      const uint8_t* span = ready->data;
-      const int32_t* list = s->work.data() + s->work_begin[static_cast<size_t>(j)];
-      const int64_t members =
-          s->work_begin[static_cast<size_t>(j + 1)] - s->work_begin[static_cast<size_t>(j)];
-      for (int64_t q = 0; q < members; ++q) {
-        std::memcpy(s->z_gathered.data() + q * latent, s->z.data() + (list[q] / k) * latent,
-                    latent_bytes);
-      }
-      kernels::MatMulMxfp4(span + layout.w1_packed, span + layout.w1_scale, inter, latent,
-                           s->z_gathered.data(), members, s->u1.data());
-      kernels::MatMulMxfp4(span + layout.w3_packed, span + layout.w3_scale, inter, latent,
-                           s->z_gathered.data(), members, s->u3.data());
-      SituInPlace(s->u1.data(), s->u3.data(), members * inter, c.situ_beta, c.situ_linear_beta);
-      kernels::MatMulMxfp4(span + layout.w2_packed, span + layout.w2_scale, latent, inter,
-                           s->u1.data(), members, s->y_expert.data());
-      for (int64_t q = 0; q < members; ++q) {
-        std::memcpy(s->y_slots.data() + static_cast<int64_t>(list[q]) * latent,
-                    s->y_expert.data() + q * latent, latent_bytes);
-      }
+      const int64_t members = Members(*s, j);
+      if (group.rows + members > n) RunGroup(&group);
+      group.jobs[static_cast<size_t>(group.count++)] = {j, ready->data, group.rows};
+      group.rows += members;
+      if (group.count == group_limit) RunGroup(&group);
     }
+    RunGroup(&group);
     Charge(timer, OpFamily::kRoutedExperts);
     source->End();
     Charge(timer, wait);

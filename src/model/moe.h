@@ -9,6 +9,7 @@
 // unchanged, so a prefill chunk and token-by-token decode give identical results.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "base/aligned_buffer.h"
@@ -64,7 +65,13 @@ struct ExpertAccess {
   // Charged the router, latent projections, shared and routed experts and expert I/O separately
   // (optional). The caller charges its own work before the call.
   OpTimer* timer = nullptr;
+  // Read between routed experts: when it holds true the layer stops and returns kInterrupted
+  // (Session::SetInterrupt). Null: never.
+  const std::atomic<bool>* interrupt = nullptr;
 };
+
+// The message of the Status a forward pass returns when its interrupt flag was raised.
+inline constexpr const char* kInterrupted = "interrupted";
 
 // Routes x [n, H] with MoE layer `next_layer`'s router and queues reads of the experts chosen
 // (a guess: the real input of that layer is not known yet). Uses the router scratch of s.

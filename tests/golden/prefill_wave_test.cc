@@ -5,11 +5,13 @@
 // with the spine streamed through its ring; greedy decoding after a wave is plain decoding's. A
 // wave reads each expert it needs once per MoE layer; a prefill of several waves allocates
 // nothing after warm-up; a prompt longer than the context fails before any work; the plan prints
-// the wave and refuses one that does not fit, with the numbers.
+// the wave and refuses one that does not fit, with the numbers; an interrupt stops a wave and
+// resets the session.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -211,6 +213,55 @@ TEST(PrefillWave, SeveralWavesAllocateNothingAfterWarmUp) {
     ASSERT_TRUE(st.ok()) << st.message();
     EXPECT_EQ(after - before, 0u);
     EXPECT_EQ(waves, chunk == 0 ? 1 : (kPromptTokens + chunk - 1) / chunk);
+  }
+}
+
+// Raises the interrupt flag when a forward pass reaches `layer`'s attention, as a server's
+// disconnect would in the middle of a wave.
+class RaiseAt : public ForwardObserver {
+ public:
+  RaiseAt(std::atomic<bool>* flag, int64_t layer) : flag_(flag), layer_(layer) {}
+  void OnActivation(int64_t, int64_t layer, const char* name, std::span<const float>) override {
+    if (layer == layer_ && std::strcmp(name, "attn_in") == 0) flag_->store(true);
+  }
+
+ private:
+  std::atomic<bool>* flag_;
+  int64_t layer_;
+};
+
+// An interrupt raised in the middle of a wave (experts streamed, so the MoE layers check between
+// experts too) stops the prefill before the wave's end and leaves the session reset; a prefill
+// afterwards gives the logits of a session that was never interrupted.
+TEST(PrefillWave, AnInterruptStopsTheWaveAndResetsTheSession) {
+  for (const EngineOptions& o : {Golden(), StreamedSmallestCache()}) {
+    auto engine = Engine::Load(o);
+    ASSERT_TRUE(engine.ok()) << engine.status().message();
+    const auto prompt = Prompt((*engine)->info().vocab_size);
+    auto reference = (*engine)->NewSession();
+    ASSERT_TRUE(reference->Prefill(prompt).ok());
+    const std::vector<float> expected(reference->Logits().begin(), reference->Logits().end());
+
+    auto session = (*engine)->NewSession();
+    std::atomic<bool> stop{false};
+    RaiseAt raise(&stop, 3);
+    session->SetObserver(&raise);
+    session->SetInterrupt(&stop);
+    const Status st = session->Prefill(prompt);
+    ASSERT_FALSE(st.ok());
+    EXPECT_TRUE(IsInterrupted(st)) << st.message();
+    EXPECT_EQ(session->position(), 0);
+    // A flag already up stops the next prefill before its first layer.
+    EXPECT_TRUE(IsInterrupted(session->Prefill(prompt)));
+    // Lowered (or cleared), the session prefills as a fresh one would.
+    stop.store(false);
+    session->SetObserver(nullptr);
+    ASSERT_TRUE(session->Prefill(prompt).ok());
+    const std::vector<float> got(session->Logits().begin(), session->Logits().end());
+    EXPECT_TRUE(SameBits(got, expected));
+    // Decode ignores the flag.
+    stop.store(true);
+    EXPECT_TRUE(session->Decode(prompt[0]).ok());
   }
 }
 
