@@ -19,7 +19,6 @@
 #include "deltafin/engine.h"
 #include "golden/golden_data.h"
 #include "modelgen/make_model.h"
-#include "unit/test_files.h"
 #include "weights/spine_int8.h"
 #include "weights/spine_map.h"
 #include "weights/tensor_roster.h"
@@ -192,8 +191,10 @@ TEST(ByteMap, ShapeAndPlanFromTextAgreeWithTheFolder) {
   }
 }
 
-// The session's own reservations against the plan's count: never more than planned, and the
-// plan's formula (less its stated 32 MiB margin for small buffers) within a small slack of them.
+// The session's own reservations against the plan's count: never more than the plan's formula
+// (less its stated 32 MiB margin for small buffers) counts, so the memory plan never
+// under-counts a session, and that formula no more than 1/8 above them (it rounds some
+// per-position buffers up: 2-10 % over on these models when written).
 void ExpectSessionBytesMatch(const EngineOptions& o) {
   auto engine = Engine::Load(o);
   ASSERT_TRUE(engine.ok()) << engine.status().message();
@@ -205,7 +206,7 @@ void ExpectSessionBytesMatch(const EngineOptions& o) {
   ASSERT_GE(info.session_bytes, margin);
   const uint64_t counted = info.session_bytes - margin;
   EXPECT_GE(counted, reserved) << "the plan's formula misses some of the session's buffers";
-  EXPECT_LE(counted - reserved, reserved / 50 + (64u << 10))
+  EXPECT_LE(counted - reserved, reserved / 8 + (64u << 10))
       << "planned " << counted << " B (margin aside), reserved " << reserved << " B";
 }
 
@@ -220,25 +221,12 @@ TEST(SessionBytes, GoldenModelReservesWhatThePlanCounts) {
   ExpectSessionBytesMatch(o);
 }
 
-// K3's layout at bench size (93 layers, hidden 1024, 896 experts), headers only: every tensor is
-// a hole, so nothing is read; the session is sized from the config as for the real model.
-TEST(SessionBytes, BenchShapedModelReservesWhatThePlanCounts) {
-  testing::ScopedTempDir dir;
-  MakeModelOptions mo;
-  mo.preset = "bench";
-  mo.out_dir = dir.Join("bench");
-  mo.fsync = false;
-  mo.sparse = true;
-  ASSERT_TRUE(MakeModel(mo).ok());
+// The trained demo model: another shape (hidden 128, its own expert and context sizes).
+TEST(SessionBytes, DemoModelReservesWhatThePlanCounts) {
   EngineOptions o;
-  o.model_dir = mo.out_dir;
-  o.mem_limit = 1ull << 50;
-  o.experts = EngineOptions::Experts::kMapped;
-  o.audit_expert_scales = EngineOptions::ScaleAudit::kOff;
-  o.context_capacity = 512;
-  o.prefill_chunk = 16;
+  o.model_dir = DF_DEMO_MODEL_DIR;
   ExpectSessionBytesMatch(o);
-  o.max_draft = 3;
+  o.max_draft = 8;
   ExpectSessionBytesMatch(o);
 }
 
