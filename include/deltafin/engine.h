@@ -272,6 +272,9 @@ class Session {
   int64_t max_verify_rows() const;
   // KDA rollback memory reserved per verify row, in bytes (the memory report).
   uint64_t rollback_bytes_per_row() const;
+  // Bytes of the state and working buffers this session reserved when it was created (recurrent
+  // state, latent cache, scratch, rollback, logits): what ModelInfo::session_bytes plans for.
+  uint64_t ReservedBytes() const;
 
  private:
   friend class Engine;
@@ -293,6 +296,15 @@ class Engine {
   // The memory plan Load would make for `options` (ModelInfo's plan fields and model shape),
   // from config.json alone: no weights are read.
   static Result<ModelInfo> Plan(const EngineOptions& options);
+  // The same for a model given by its config.json text instead of a folder's (`plan --k3` plans
+  // a model that is not on this machine). options.model_dir may be empty; when set, only its
+  // placement file (`deltafin spread`) is read.
+  static Result<ModelInfo> Plan(const EngineOptions& options, const std::string& config_json);
+  // The model's shape and the work of a step and of a prompt token (ModelInfo's shape and
+  // workload fields; the memory plan's fields stay zero), from `config_json`, or from
+  // <options.model_dir>/config.json when it is empty. No memory budget is involved: only
+  // spine_int8 and context_capacity of `options` matter.
+  static Result<ModelInfo> Shape(const EngineOptions& options, const std::string& config_json = {});
   // Disk read bandwidth for decode's own access pattern (the floors of bench decode and
   // run --stats), with the engine's I/O threads and read mode (direct or buffered). With a
   // resident spine decode reads only experts: `expert_reads` experts at random across all MoE

@@ -318,17 +318,190 @@ ModelWorkload WorkloadFrom(const ModelInfo& info) {
   return w;
 }
 
+std::string Gb(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", bytes / 1e9);
+  return b;
+}
+
+// --- The model -------------------------------------------------------------------------------
+
+// The model being planned: the options every scenario starts from and where its config is.
+struct PlanModel {
+  EngineOptions options;    // model_dir empty for --k3
+  std::string config_json;  // --k3: the config text Engine::Plan reads; empty: the folder's
+  int64_t prompt_tokens = 0;
+  ModelInfo info;  // the BF16 shape and workload (Engine::Shape)
+};
+
+// The config for --model or --k3, the prompt cut to the model's context, and its shape. --k3's
+// config is made in memory: nothing is written.
+Result<PlanModel> ReadPlanModel(const PlanArgs& a) {
+  PlanModel pm;
+  pm.options.io_threads = a.io_threads;
+  pm.options.threads = a.threads;
+  std::string text;
+  if (a.k3) {
+    DF_ASSIGN_OR_RETURN(pm.config_json, PresetConfigJson("bench", K3ConfigOverrides()));
+    text = pm.config_json;
+  } else {
+    pm.options.model_dir = a.model_dir;
+    DF_ASSIGN_OR_RETURN(text, ReadFileToString(a.model_dir + "/config.json"));
+  }
+  // The context holds the prompt whose time to first token is predicted (at most the model's
+  // max_position_embeddings, which Engine::Plan refuses to exceed).
+  pm.prompt_tokens = a.prompt_tokens;
+  const json config = json::parse(text, nullptr, false);
+  const json& text_config =
+      config.is_object() && config.contains("text_config") ? config["text_config"] : config;
+  const int64_t max_context = text_config.is_object()
+                                  ? text_config.value("max_position_embeddings", int64_t{0})
+                                  : int64_t{0};
+  if (max_context > 0 && pm.prompt_tokens > max_context) {
+    std::fprintf(stderr, "plan: --prompt-tokens %lld is cut to the model's %lld positions\n",
+                 static_cast<long long>(pm.prompt_tokens), static_cast<long long>(max_context));
+    pm.prompt_tokens = max_context;
+  }
+  pm.options.context_capacity = std::max<int64_t>(4096, pm.prompt_tokens);
+  if (max_context > 0) {
+    pm.options.context_capacity = std::min(pm.options.context_capacity, max_context);
+  }
+  DF_ASSIGN_OR_RETURN(pm.info, Engine::Shape(pm.options, pm.config_json));
+  return pm;
+}
+
+// --- Measure ---------------------------------------------------------------------------------
+
+struct MachineMeasurements {
+  MachineProfile profile;
+  std::vector<DepthResult> depths;  // direct reads by queue depth (empty from a profile)
+};
+
+// Expert-size direct reads over queue depths, then the kernels while they run (the slowdown).
+Status MeasureDisk(const PlanArgs& a, uint64_t expert_bytes, MachineMeasurements* out) {
+  MachineProfile& m = out->profile;
+  std::vector<std::string> expert_files;
+  TempDir probe_holder;
+  std::string disk_dir = a.probe_dir;
+  if (!a.model_dir.empty()) {
+    DF_RETURN_IF_ERROR(ModelShards(a.model_dir, &expert_files));
+    if (disk_dir.empty()) disk_dir = a.model_dir;
+  }
+  if (expert_files.empty() || !a.probe_dir.empty()) {
+    if (disk_dir.empty()) disk_dir = ".";
+    const uint64_t size =
+        std::max<uint64_t>(a.quick ? (128ull << 20) : (1ull << 30), 4 * expert_bytes);
+    std::fprintf(stderr, "plan: writing a %s probe file in %s...\n", HumanBytes(size).c_str(),
+                 disk_dir.c_str());
+    DF_ASSIGN_OR_RETURN(std::string path, WriteProbeFile(disk_dir, size, &probe_holder));
+    expert_files = {path};
+  }
+  std::fprintf(stderr, "plan: measuring direct reads of %s spans...\n",
+               HumanBytes(expert_bytes).c_str());
+  const uint64_t seed = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  std::vector<int> qds = {1, 2, 4, a.io_threads};
+  if (a.quick) qds = {1, a.io_threads};
+  std::sort(qds.begin(), qds.end());
+  qds.erase(std::unique(qds.begin(), qds.end()), qds.end());
+  for (int qd : qds) {
+    double cpu = 0;
+    DF_ASSIGN_OR_RETURN(
+        const double bps,
+        ProbeDirectReads(expert_files, expert_bytes, qd, a.quick ? (64ull << 20) : (768ull << 20),
+                         a.quick ? 0.5 : 3.0, seed + static_cast<uint64_t>(qd), &cpu));
+    out->depths.push_back({qd, bps});
+    if (qd == a.io_threads) {
+      m.expert_read_bps = bps;
+      m.io_cpu_s_per_byte = cpu;
+    }
+  }
+  std::fprintf(stderr, "plan: measuring the kernels while experts are read...\n");
+  Status load_status = Status::Ok();
+  uint64_t load_seed = seed ^ 0x5bd1e995ull;
+  m.compute_slowdown_reading = bench::Bf16SlowdownUnder(
+      [&](const std::atomic<bool>& stop) {
+        while (!stop.load() && load_status.ok()) {
+          double unused = 0;
+          auto r = ProbeDirectReads(expert_files, expert_bytes, a.io_threads,
+                                    a.quick ? (16ull << 20) : (128ull << 20), 0.25, ++load_seed,
+                                    &unused);
+          if (!r.ok()) load_status = r.status();
+        }
+      },
+      a.quick);
+  DF_RETURN_IF_ERROR(load_status);
+  m.free_disk = FreeDisk(disk_dir);
+  return Status::Ok();
+}
+
+// The machine: from the profile, or measured (memory, kernels, disk, and the engine's own RAM
+// budget: the plan of `run` with no --mem-limit).
+Result<MachineMeasurements> MeasureMachine(const PlanArgs& a, const json& profile_doc,
+                                           const PlanModel& pm) {
+  MachineMeasurements out;
+  MachineProfile& m = out.profile;
+  if (!profile_doc.is_null()) {
+    auto parsed = ProfileFromJson(profile_doc, "--profile " + a.profile);
+    if (!parsed.ok()) return parsed.status();
+    out.profile = *parsed;
+    return out;
+  }
+  m.name = "measured";
+  if (a.threads > 0) SetDefaultThreadCount(a.threads);
+  const auto t0 = Clock::now();
+  std::fprintf(stderr, "plan: measuring memory and kernels...\n");
+  const bench::ComputeProbe c = bench::MeasureCompute(a.quick);
+  m.memory_bps = c.memory_bps;
+  m.bf16_bps = c.bf16_bps;
+  m.int8_bps = c.int8_bps;
+  m.mxfp4_bps = c.mxfp4_bps;
+  m.bf16_call_s = c.bf16_call_s;
+  m.mxfp4_call_s = c.mxfp4_call_s;
+  m.fma_per_s = c.fma_per_s;
+  m.batched_flops = c.mxfp4_batched_flops;
+  m.threads = c.threads;
+  DF_RETURN_IF_ERROR(MeasureDisk(a, pm.info.expert_bytes, &out));
+  std::fprintf(stderr, "plan: measured in %.1f s\n", Seconds(t0, Clock::now()));
+  EngineOptions machine = pm.options;
+  machine.mem_limit = 0;
+  DF_ASSIGN_OR_RETURN(const ModelInfo budget, Engine::Plan(machine, pm.config_json));
+  m.ram_budget = budget.memory_budget;
+  return out;
+}
+
+// More drives (spread, docs/STREAMING.md "Several drives"): with every expert on every drive the
+// drive set reads each from the one expected to finish first, so the expert and streamed spine
+// reads run at about the sum of the rates (measured: 0.49x one drive's I/O time with two equal
+// drives, 0.30-0.32x the slow one's with drives at 2:1). The CPU cost per byte read stays.
+void AddDrives(const std::vector<double>& drive_gbps, MachineProfile* m) {
+  if (drive_gbps.empty()) return;
+  const double one = m->expert_read_bps;
+  double extra = 0;
+  for (const double g : drive_gbps) extra += g * 1e9;
+  m->expert_read_bps += extra;
+  char note[160];
+  std::snprintf(note, sizeof note, " + %zu more drive%s (%.2f + %.2f GB/s combined)",
+                drive_gbps.size(), drive_gbps.size() == 1 ? "" : "s", one / 1e9, extra / 1e9);
+  m->name += note;
+}
+
+// --- Predict ---------------------------------------------------------------------------------
+
+// `bench decode`'s resident scenario has no memory limit: a budget no model reaches.
+constexpr uint64_t kNoLimit = 1ull << 50;
+
 // The memory plan the engine makes for `mem_limit` and `experts` (0 = the profile's budget).
-ScenarioPlan PlanScenario(const std::string& name, const std::string& spine, EngineOptions options,
+ScenarioPlan PlanScenario(const std::string& name, const std::string& spine, const PlanModel& pm,
                           uint64_t mem_limit, EngineOptions::Experts experts,
                           uint64_t machine_budget) {
   ScenarioPlan s;
   s.name = name;
   s.spine = spine;
+  EngineOptions options = pm.options;
   options.spine_int8 = spine == "int8";
   options.experts = experts;
   options.mem_limit = mem_limit > 0 ? mem_limit : machine_budget;
-  auto plan = Engine::Plan(options);
+  auto plan = Engine::Plan(options, pm.config_json);
   if (!plan.ok()) {
     s.fits = false;
     s.note = plan.status().message();
@@ -343,217 +516,30 @@ ScenarioPlan PlanScenario(const std::string& name, const std::string& spine, Eng
   return s;
 }
 
-std::string Gb(double bytes) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f", bytes / 1e9);
-  return b;
+// The model's shape and workload with the spine in `spine` format ("bf16" or "int8").
+Result<ModelInfo> SpineShape(const PlanModel& pm, const std::string& spine) {
+  EngineOptions o = pm.options;
+  o.spine_int8 = spine == "int8";
+  return Engine::Shape(o, pm.config_json);
 }
 
-int RunPlan(const PlanArgs& a) {
-  if (a.k3 == !a.model_dir.empty()) return UsageError("give either --model DIR or --k3");
-  uint64_t mem_limit = 0;
-  if (!a.mem_limit.empty()) {
-    auto parsed = ParseByteSize(a.mem_limit);
-    if (!parsed.ok()) return UsageError("--mem-limit: " + parsed.status().message());
-    mem_limit = *parsed;
-  }
-  if (!a.model_dir.empty()) {
-    std::error_code ec;
-    if (!fs::is_directory(a.model_dir, ec)) {
-      return UsageError("--model " + a.model_dir + ": " +
-                        (fs::exists(a.model_dir, ec) ? "is not a directory" : "no such directory"));
-    }
-    if (!fs::exists(fs::path(a.model_dir) / "config.json", ec)) {
-      return UsageError("--model " + a.model_dir + ": no config.json (not a model folder)");
-    }
-  }
-  if (!a.probe_dir.empty()) {
-    std::error_code ec;
-    if (!fs::is_directory(a.probe_dir, ec)) {
-      return UsageError("--probe-dir " + a.probe_dir + ": no such directory");
-    }
-  }
-  if (!a.json_path.empty()) {
-    if (Status st = CheckOutputPath("--json", a.json_path); !st.ok())
-      return UsageError(st.message());
-  }
-  json profile_doc;
-  if (!a.profile.empty()) {
-    if (a.profile == "m1-max") {
-      profile_doc = M1MaxProfile();
-    } else {
-      std::ifstream in(a.profile);
-      if (!in) return UsageError("--profile " + a.profile + ": no such file (or give m1-max)");
-      profile_doc = json::parse(in, nullptr, false);
-      if (profile_doc.is_discarded()) return UsageError("--profile " + a.profile + ": not JSON");
-      if (profile_doc.contains("profile")) profile_doc = profile_doc["profile"];  // a --json file
-    }
-  }
-
-  // The model: its config, from the folder or made for K3.
-  TempDir k3_dir;
-  EngineOptions options;
-  options.io_threads = a.io_threads;
-  options.threads = a.threads;
-  if (a.k3) {
-    auto text = PresetConfigJson("bench", K3ConfigOverrides());
-    if (!text.ok()) return Fail(text.status());
-    std::string tmpl = (fs::temp_directory_path() / "deltafin-plan-k3-XXXXXX").string();
-    std::vector<char> name(tmpl.begin(), tmpl.end());
-    name.push_back('\0');
-    if (::mkdtemp(name.data()) == nullptr) return Fail(Status::Error("cannot create a temp dir"));
-    k3_dir.path = name.data();
-    std::ofstream(k3_dir.path + "/config.json") << *text;
-    options.model_dir = k3_dir.path;
-  } else {
-    options.model_dir = a.model_dir;
-  }
-  // The context holds the prompt whose time to first token is predicted (at most the model's
-  // max_position_embeddings, which Engine::Plan refuses to exceed).
-  int64_t prompt_tokens = a.prompt_tokens;
-  {
-    std::ifstream in(options.model_dir + "/config.json");
-    const json config = json::parse(in, nullptr, false);
-    const json& text =
-        config.is_object() && config.contains("text_config") ? config["text_config"] : config;
-    const int64_t max_context =
-        text.is_object() ? text.value("max_position_embeddings", int64_t{0}) : int64_t{0};
-    if (max_context > 0 && prompt_tokens > max_context) {
-      std::fprintf(stderr, "plan: --prompt-tokens %lld is cut to the model's %lld positions\n",
-                   static_cast<long long>(prompt_tokens), static_cast<long long>(max_context));
-      prompt_tokens = max_context;
-    }
-    options.context_capacity = std::max<int64_t>(4096, prompt_tokens);
-    if (max_context > 0) options.context_capacity = std::min(options.context_capacity, max_context);
-  }
-  auto base_info = Engine::Plan([&] {
-    EngineOptions o = options;
-    o.mem_limit = 1ull << 50;  // a plan that always fits: only the shape is wanted here
-    return o;
-  }());
-  if (!base_info.ok()) return Fail(base_info.status());
-  const ModelInfo& info = *base_info;
-
-  // The machine.
+// Everything the report prints: the scenarios' predictions and what they were made with.
+struct PlanResult {
   MachineProfile m;
   std::vector<DepthResult> depths;
-  if (!profile_doc.is_null()) {
-    auto parsed = ProfileFromJson(profile_doc, "--profile " + a.profile);
-    if (!parsed.ok()) return UsageError(parsed.status().message());
-    m = *parsed;
-  } else {
-    m.name = "measured";
-    if (a.threads > 0) SetDefaultThreadCount(a.threads);
-    const auto t0 = Clock::now();
-    std::fprintf(stderr, "plan: measuring memory and kernels...\n");
-    const bench::ComputeProbe c = bench::MeasureCompute(a.quick);
-    m.memory_bps = c.memory_bps;
-    m.bf16_bps = c.bf16_bps;
-    m.int8_bps = c.int8_bps;
-    m.mxfp4_bps = c.mxfp4_bps;
-    m.bf16_call_s = c.bf16_call_s;
-    m.mxfp4_call_s = c.mxfp4_call_s;
-    m.fma_per_s = c.fma_per_s;
-    m.batched_flops = c.mxfp4_batched_flops;
-    m.threads = c.threads;
-    std::vector<std::string> expert_files;
-    TempDir probe_holder;
-    std::string disk_dir = a.probe_dir;
-    if (!a.model_dir.empty()) {
-      if (Status st = ModelShards(a.model_dir, &expert_files); !st.ok()) {
-        return Fail(st);
-      }
-      if (disk_dir.empty()) disk_dir = a.model_dir;
-    }
-    if (expert_files.empty() || !a.probe_dir.empty()) {
-      if (disk_dir.empty()) disk_dir = ".";
-      const uint64_t size =
-          std::max<uint64_t>(a.quick ? (128ull << 20) : (1ull << 30), 4 * info.expert_bytes);
-      std::fprintf(stderr, "plan: writing a %s probe file in %s...\n", HumanBytes(size).c_str(),
-                   disk_dir.c_str());
-      auto path = WriteProbeFile(disk_dir, size, &probe_holder);
-      if (!path.ok()) return Fail(path.status());
-      expert_files = {*path};
-    }
-    std::fprintf(stderr, "plan: measuring direct reads of %s spans...\n",
-                 HumanBytes(info.expert_bytes).c_str());
-    const uint64_t seed = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
-    std::vector<int> qds = {1, 2, 4, a.io_threads};
-    if (a.quick) qds = {1, a.io_threads};
-    std::sort(qds.begin(), qds.end());
-    qds.erase(std::unique(qds.begin(), qds.end()), qds.end());
-    for (int qd : qds) {
-      double cpu = 0;
-      auto bps = ProbeDirectReads(expert_files, info.expert_bytes, qd,
-                                  a.quick ? (64ull << 20) : (768ull << 20), a.quick ? 0.5 : 3.0,
-                                  seed + static_cast<uint64_t>(qd), &cpu);
-      if (!bps.ok()) return Fail(bps.status());
-      depths.push_back({qd, *bps});
-      if (qd == a.io_threads) {
-        m.expert_read_bps = *bps;
-        m.io_cpu_s_per_byte = cpu;
-      }
-    }
-    {
-      std::fprintf(stderr, "plan: measuring the kernels while experts are read...\n");
-      Status load_status = Status::Ok();
-      uint64_t load_seed = seed ^ 0x5bd1e995ull;
-      m.compute_slowdown_reading = bench::Bf16SlowdownUnder(
-          [&](const std::atomic<bool>& stop) {
-            while (!stop.load() && load_status.ok()) {
-              double unused = 0;
-              auto r = ProbeDirectReads(expert_files, info.expert_bytes, a.io_threads,
-                                        a.quick ? (16ull << 20) : (128ull << 20), 0.25, ++load_seed,
-                                        &unused);
-              if (!r.ok()) load_status = r.status();
-            }
-          },
-          a.quick);
-      if (!load_status.ok()) return Fail(load_status);
-    }
-    m.free_disk = FreeDisk(disk_dir);
-    std::fprintf(stderr, "plan: measured in %.1f s\n", Seconds(t0, Clock::now()));
-  }
-  if (profile_doc.is_null()) {
-    // The engine's own machine budget (cgroup-aware, minus headroom): a plan with no --mem-limit.
-    EngineOptions machine = options;
-    machine.mem_limit = 0;
-    auto budget = Engine::Plan(machine);
-    if (!budget.ok()) return Fail(budget.status());
-    m.ram_budget = budget->memory_budget;
-  }
-  const uint64_t machine_budget = mem_limit > 0 ? mem_limit : m.ram_budget;
-  // More drives (spread, docs/STREAMING.md "Several drives"): with every expert on every drive the
-  // drive set reads each from the one expected to finish first, so the expert and streamed spine
-  // reads run at about the sum of the rates (measured: 0.49x one drive's I/O time with two equal
-  // drives, 0.30-0.32x the slow one's with drives at 2:1). The CPU cost per byte read stays.
-  if (!a.drive_gbps.empty()) {
-    const double one = m.expert_read_bps;
-    double extra = 0;
-    for (const double g : a.drive_gbps) extra += g * 1e9;
-    m.expert_read_bps += extra;
-    char note[160];
-    std::snprintf(note, sizeof note, " + %zu more drive%s (%.2f + %.2f GB/s combined)",
-                  a.drive_gbps.size(), a.drive_gbps.size() == 1 ? "" : "s", one / 1e9, extra / 1e9);
-    m.name += note;
-  }
-
-  // The scenarios, each with the budget `bench decode` gives it, for both spine formats.
+  uint64_t machine_budget = 0;
   StreamingAssumptions assume;
-  SpeculationAssumptions spec{a.acceptance, a.draft_tokens};
+  SpeculationAssumptions spec;
   std::vector<Row> rows;
+};
+
+// The scenarios, each with the budget `bench decode` gives it, for both spine formats.
+Status PredictRows(const PlanModel& pm, uint64_t mem_limit, PlanResult* r) {
   for (const std::string spine : {"bf16", "int8"}) {
-    EngineOptions o = options;
-    o.spine_int8 = spine == "int8";
-    auto shape = Engine::Plan([&] {
-      EngineOptions x = o;
-      x.mem_limit = 1ull << 50;
-      return x;
-    }());
-    if (!shape.ok()) return Fail(shape.status());
-    const ModelWorkload w = WorkloadFrom(*shape);
-    const uint64_t spine_bytes = shape->spine_bytes;
-    const double prefill_flops = PrefillFlops(*shape, 0, prompt_tokens, 1);
+    DF_ASSIGN_OR_RETURN(const ModelInfo shape, SpineShape(pm, spine));
+    const ModelWorkload w = WorkloadFrom(shape);
+    const uint64_t spine_bytes = shape.spine_bytes;
+    const double prefill_flops = PrefillFlops(shape, 0, pm.prompt_tokens, 1);
     struct S {
       const char* name;
       uint64_t limit;
@@ -561,7 +547,7 @@ int RunPlan(const PlanArgs& a) {
       const char* note;
     };
     const S scenarios[] = {
-        {"resident", 1ull << 50, EngineOptions::Experts::kMapped,
+        {"resident", kNoLimit, EngineOptions::Experts::kMapped,
          "bench decode: every expert mapped in RAM, no limit"},
         {"stream-spine-resident", spine_bytes + (1ull << 30), EngineOptions::Experts::kStreamed,
          "bench decode: budget spine + 1 GiB"},
@@ -571,26 +557,34 @@ int RunPlan(const PlanArgs& a) {
          mem_limit > 0 ? "this machine at --mem-limit" : "this machine's memory budget"},
     };
     for (const S& s : scenarios) {
-      Row r;
-      r.plan = PlanScenario(s.name, spine, o, s.limit, s.experts, machine_budget);
-      if (r.plan.note.empty()) r.plan.note = s.note;
-      r.p = PredictScenario(m, w, r.plan, assume);
-      if (r.plan.fits) r.prefill = PredictPrefill(m, w, r.plan, prompt_tokens, prefill_flops);
-      const uint64_t need = std::string(s.name) == "resident"
-                                ? spine_bytes + w.all_expert_bytes()
-                                : (s.limit > (1ull << 49) ? 0 : s.limit);
-      r.fits_machine = r.p.feasible && need <= machine_budget + kProcessOverhead;
-      rows.push_back(r);
-      if (std::string(s.name) == "auto" && r.p.feasible) {
-        Row sp = r;
-        sp.p = PredictSpeculative(m, w, r.p, spec);
+      Row row;
+      row.plan = PlanScenario(s.name, spine, pm, s.limit, s.experts, r->machine_budget);
+      if (row.plan.note.empty()) row.plan.note = s.note;
+      row.p = PredictScenario(r->m, w, row.plan, r->assume);
+      if (row.plan.fits) {
+        row.prefill = PredictPrefill(r->m, w, row.plan, pm.prompt_tokens, prefill_flops);
+      }
+      const uint64_t need = std::string(s.name) == "resident" ? spine_bytes + w.all_expert_bytes()
+                            : s.limit == kNoLimit             ? 0
+                                                              : s.limit;
+      row.fits_machine = row.p.feasible && need <= r->machine_budget + kProcessOverhead;
+      r->rows.push_back(row);
+      if (std::string(s.name) == "auto" && row.p.feasible) {
+        Row sp = row;
+        sp.p = PredictSpeculative(r->m, w, row.p, r->spec);
         sp.plan.name = sp.p.name;
-        rows.push_back(sp);
+        r->rows.push_back(sp);
       }
     }
   }
+  return Status::Ok();
+}
 
-  // The table.
+// --- Report ----------------------------------------------------------------------------------
+
+void PrintMachine(const PlanArgs& a, const PlanModel& pm, const PlanResult& r, uint64_t mem_limit) {
+  const MachineProfile& m = r.m;
+  const ModelInfo& info = pm.info;
   std::printf("deltafin plan: %s (%s)\n",
               a.k3 ? "Kimi K3 (sizes from its config)" : a.model_dir.c_str(), m.name.c_str());
   std::printf(
@@ -606,7 +600,7 @@ int RunPlan(const PlanArgs& a) {
       "threads, RAM budget %s%s, free disk %s\n",
       m.expert_read_bps / 1e9, a.io_threads, m.memory_bps / 1e9, m.bf16_bps / 1e9, m.int8_bps / 1e9,
       m.mxfp4_bps / 1e9, m.bf16_call_s * 1e6, m.mxfp4_call_s * 1e6, m.threads,
-      HumanBytes(machine_budget).c_str(), mem_limit > 0 ? " (--mem-limit)" : "",
+      HumanBytes(r.machine_budget).c_str(), mem_limit > 0 ? " (--mem-limit)" : "",
       HumanBytes(m.free_disk).c_str());
   if (m.compute_slowdown_reading > 0) {
     std::printf(
@@ -614,36 +608,39 @@ int RunPlan(const PlanArgs& a) {
         "streamed step they are busy)\n",
         m.compute_slowdown_reading);
   }
-  if (!depths.empty()) {
+  if (!r.depths.empty()) {
     std::printf("direct reads by queue depth:");
-    for (const auto& d : depths) std::printf("  %d: %.2f GB/s", d.depth, d.bps / 1e9);
+    for (const auto& d : r.depths) std::printf("  %d: %.2f GB/s", d.depth, d.bps / 1e9);
     std::printf("\n");
   }
   std::printf(
       "batched MXFP4 (64 rows) %.1f GFLOP/s%s; a %lld-token prompt is %.3g TFLOP\n",
       (m.batched_flops > 0 ? m.batched_flops : 2 * m.fma_per_s * kPrefillFmaEfficiency) / 1e9,
       m.batched_flops > 0 ? "" : " (stated: 45 % of the fp32 multiply-add peak)",
-      static_cast<long long>(prompt_tokens), PrefillFlops(info, 0, prompt_tokens, 1) / 1e12);
+      static_cast<long long>(pm.prompt_tokens), PrefillFlops(info, 0, pm.prompt_tokens, 1) / 1e12);
+}
+
+void PrintTable(const PlanModel& pm, const PlanResult& r) {
   std::printf("\n%-34s %-5s %10s %9s %7s %9s %8s %8s %8s %10s %-7s %-10s %10s %-7s %s\n",
               "scenario", "spine", "budget", "cache", "hit", "GB/token", "disk s", "spine s",
               "compute", "s/token", "bound", "wave", "prefill s", "bound", "fits here");
-  for (const Row& r : rows) {
-    if (!r.p.feasible) {
-      std::printf("%-34s %-5s %s\n", r.plan.name.c_str(), r.plan.spine.c_str(),
-                  ("not possible: " + r.p.note).c_str());
+  for (const Row& row : r.rows) {
+    if (!row.p.feasible) {
+      std::printf("%-34s %-5s %s\n", row.plan.name.c_str(), row.plan.spine.c_str(),
+                  ("not possible: " + row.p.note).c_str());
       continue;
     }
     const std::string wave =
-        std::to_string(r.plan.prefill_wave) + " x" + std::to_string(r.prefill.waves);
+        std::to_string(row.plan.prefill_wave) + " x" + std::to_string(row.prefill.waves);
     std::printf(
         "%-34s %-5s %10s %9s %6.1f%% %9s %8.3f %8.3f %8.3f %10.3f %-7s %-10s %10.1f %-7s %s\n",
-        r.plan.name.c_str(), r.plan.spine.c_str(),
-        r.plan.name == "resident" ? "none" : HumanBytes(r.plan.budget).c_str(),
-        r.plan.experts_streamed ? HumanBytes(r.plan.expert_cache_bytes).c_str() : "mapped",
-        100 * r.p.expert_hit_rate, Gb(static_cast<double>(r.p.bytes_read)).c_str(),
-        r.p.expert_disk_s, r.p.spine_disk_s, r.p.compute_s, r.p.s_per_token, r.p.bound.c_str(),
-        wave.c_str(), r.prefill.seconds, r.prefill.bound.c_str(),
-        r.fits_machine ? "yes" : "no: needs more RAM");
+        row.plan.name.c_str(), row.plan.spine.c_str(),
+        row.plan.name == "resident" ? "none" : HumanBytes(row.plan.budget).c_str(),
+        row.plan.experts_streamed ? HumanBytes(row.plan.expert_cache_bytes).c_str() : "mapped",
+        100 * row.p.expert_hit_rate, Gb(static_cast<double>(row.p.bytes_read)).c_str(),
+        row.p.expert_disk_s, row.p.spine_disk_s, row.p.compute_s, row.p.s_per_token,
+        row.p.bound.c_str(), wave.c_str(), row.prefill.seconds, row.prefill.bound.c_str(),
+        row.fits_machine ? "yes" : "no: needs more RAM");
   }
   std::printf(
       "\nresident / stream-* are `bench decode --scenario NAME [--spine int8]` (their budgets, "
@@ -651,23 +648,61 @@ int RunPlan(const PlanArgs& a) {
       "convert-spine-int8` (not weight-exact). +speculation: %d drafted tokens a pass, acceptance "
       "%.2f; a model of the pass cost at a stated acceptance (the engine's own speculation: "
       "`bench decode --speculate replay`).\n",
-      spec.draft_tokens, spec.acceptance);
+      r.spec.draft_tokens, r.spec.acceptance);
   std::printf(
       "prefill s: time to first token for a %lld-token prompt (--prompt-tokens) in the plan's "
       "waves (wave = positions x waves): max(expert and streamed-spine bytes each wave must read "
       "/ read bandwidth, FLOPs / batched kernel rate); `bench prefill --scenario NAME` measures "
       "it.\n",
-      static_cast<long long>(prompt_tokens));
+      static_cast<long long>(pm.prompt_tokens));
+}
 
-  // The recommendation.
+// The fastest `auto` row that fits this machine, speculation aside; null when none does.
+const Row* BestRow(const PlanResult& r) {
   const Row* best = nullptr;
-  for (const Row& r : rows) {
-    if (!r.p.feasible || !r.fits_machine || r.p.name.find("speculation") != std::string::npos)
+  for (const Row& row : r.rows) {
+    if (!row.p.feasible || !row.fits_machine ||
+        row.p.name.find("speculation") != std::string::npos || row.plan.name != "auto") {
       continue;
-    if (r.plan.name != "auto") continue;
-    if (best == nullptr || r.p.s_per_token < best->p.s_per_token) best = &r;
+    }
+    if (best == nullptr || row.p.s_per_token < best->p.s_per_token) best = &row;
   }
+  return best;
+}
+
+// What the best row would gain: more RAM (the smallest budget, spine + 1, 2, 4, ... GiB, whose
+// plan keeps the spine resident), all in RAM, a disk twice as fast.
+void PrintAlternatives(const PlanModel& pm, const PlanResult& r, const Row& best) {
+  auto shape = SpineShape(pm, best.p.spine);
+  if (!shape.ok()) return;
+  const ModelWorkload w = WorkloadFrom(*shape);
+  if (!best.plan.spine_resident) {
+    for (uint64_t extra = 1ull << 30; extra <= (1ull << 40); extra *= 2) {
+      const ScenarioPlan more =
+          PlanScenario("more RAM", best.p.spine, pm, shape->spine_bytes + extra,
+                       EngineOptions::Experts::kStreamed, r.machine_budget);
+      if (!more.fits || !more.spine_resident) continue;
+      const Prediction mp = PredictScenario(r.m, w, more, r.assume);
+      std::printf("  more RAM: a budget of %s keeps the spine resident: %.3f s/token (%s-bound)\n",
+                  HumanBytes(more.budget).c_str(), mp.s_per_token, mp.bound.c_str());
+      break;
+    }
+  }
+  for (const Row& row : r.rows) {
+    if (row.plan.spine != best.p.spine || row.plan.name != "resident" || !row.p.feasible) continue;
+    std::printf("  all in RAM (%s): %.3f s/token (compute-bound)\n",
+                HumanBytes(pm.info.spine_bytes + WorkloadFrom(pm.info).all_expert_bytes()).c_str(),
+                row.p.s_per_token);
+  }
+  MachineProfile fast = r.m;
+  fast.expert_read_bps *= 2;
+  const Prediction f = PredictScenario(fast, w, best.plan, r.assume);
+  std::printf("  a disk twice as fast: %.3f s/token (%s-bound)\n", f.s_per_token, f.bound.c_str());
+}
+
+void PrintRecommendation(const PlanModel& pm, const PlanResult& r) {
   std::printf("\nrecommendation:\n");
+  const Row* best = BestRow(r);
   if (best == nullptr) {
     std::printf("  nothing runs in this machine's memory budget; see the table's notes\n");
   } else {
@@ -678,100 +713,136 @@ int RunPlan(const PlanArgs& a) {
         best->p.s_per_token, best->p.bound.c_str(),
         best->plan.spine_resident ? "resident" : "re-read from disk every token",
         best->plan.experts_streamed ? "streamed" : "mapped");
-    // More RAM: the smallest budget (spine + 1, 2, 4, ... GiB) whose plan keeps the spine resident.
-    if (!best->plan.spine_resident) {
-      EngineOptions o = options;
-      o.spine_int8 = best->p.spine == "int8";
-      o.mem_limit = 1ull << 50;
-      auto shape = Engine::Plan(o);
-      for (uint64_t extra = 1ull << 30; shape.ok() && extra <= (1ull << 40); extra *= 2) {
-        const ScenarioPlan more =
-            PlanScenario("more RAM", best->p.spine, options, shape->spine_bytes + extra,
-                         EngineOptions::Experts::kStreamed, machine_budget);
-        if (!more.fits || !more.spine_resident) continue;
-        const Prediction mp = PredictScenario(m, WorkloadFrom(*shape), more, assume);
-        std::printf(
-            "  more RAM: a budget of %s keeps the spine resident: %.3f s/token (%s-bound)\n",
-            HumanBytes(more.budget).c_str(), mp.s_per_token, mp.bound.c_str());
-        break;
-      }
-    }
-    for (const Row& r : rows) {
-      if (r.plan.spine != best->p.spine || r.plan.name != "resident" || !r.p.feasible) continue;
-      std::printf("  all in RAM (%s): %.3f s/token (compute-bound)\n",
-                  HumanBytes(info.spine_bytes + WorkloadFrom(info).all_expert_bytes()).c_str(),
-                  r.p.s_per_token);
-    }
-    MachineProfile fast = m;
-    fast.expert_read_bps *= 2;
-    EngineOptions o = options;
-    o.spine_int8 = best->p.spine == "int8";
-    o.mem_limit = 1ull << 50;
-    auto shape = Engine::Plan(o);
-    if (shape.ok()) {
-      const Prediction f = PredictScenario(fast, WorkloadFrom(*shape), best->plan, assume);
-      std::printf("  a disk twice as fast: %.3f s/token (%s-bound)\n", f.s_per_token,
-                  f.bound.c_str());
-    }
+    PrintAlternatives(pm, r, *best);
   }
-  const uint64_t full = info.spine_bytes + WorkloadFrom(info).all_expert_bytes();
+  const uint64_t full = pm.info.spine_bytes + WorkloadFrom(pm.info).all_expert_bytes();
+  const uint64_t free_disk = r.m.free_disk;
   std::printf(
       "  install: a full install needs %s on disk (free: %s)%s; a stream install (`setup "
       "--stream`) fetches each expert on first use, so early tokens are bound by the network "
       "(not predicted here), then run as above\n",
-      HumanBytes(full).c_str(), m.free_disk > 0 ? HumanBytes(m.free_disk).c_str() : "unknown",
-      m.free_disk > 0 && m.free_disk < full ? ": it does not fit, use a stream install" : "");
+      HumanBytes(full).c_str(), free_disk > 0 ? HumanBytes(free_disk).c_str() : "unknown",
+      free_disk > 0 && free_disk < full ? ": it does not fit, use a stream install" : "");
+}
 
+json ScenarioJson(const Row& row) {
+  json s = {{"name", row.plan.name},
+            {"spine", row.plan.spine},
+            {"feasible", row.p.feasible},
+            {"fits_this_machine", row.fits_machine},
+            {"note", row.p.note}};
+  if (!row.p.feasible) {
+    s["predicted_s_per_token"] = nullptr;
+    s["predicted_prefill_s"] = nullptr;
+    return s;
+  }
+  s["predicted_s_per_token"] = row.p.s_per_token;
+  s["bytes_read_per_token"] = row.p.bytes_read;
+  s["bound"] = row.p.bound;
+  s["compute_s"] = row.p.compute_s;
+  s["expert_disk_s"] = row.p.expert_disk_s;
+  s["spine_disk_s"] = row.p.spine_disk_s;
+  s["exposed_io_s"] = row.p.exposed_io_s;
+  s["expert_hit_rate"] = row.p.expert_hit_rate;
+  s["memory_budget"] = row.plan.budget;
+  s["expert_cache_bytes"] = row.plan.expert_cache_bytes;
+  s["spine_resident"] = row.plan.spine_resident;
+  s["experts_streamed"] = row.plan.experts_streamed;
+  s["prefill_wave"] = row.plan.prefill_wave;
+  s["prefill_waves"] = row.prefill.waves;
+  s["predicted_prefill_s"] = row.prefill.seconds;
+  s["prefill_bound"] = row.prefill.bound;
+  s["prefill_read_s"] = row.prefill.read_s;
+  s["prefill_compute_s"] = row.prefill.compute_s;
+  s["prefill_bytes_read"] = row.prefill.bytes_read;
+  return s;
+}
+
+Status WritePlanJson(const PlanArgs& a, const PlanModel& pm, const PlanResult& r) {
+  json doc;
+  doc["model"] = a.k3 ? "kimi-k3" : a.model_dir;
+  doc["profile"] = ProfileJson(r.m);
+  doc["mem_limit"] = r.machine_budget;
+  doc["prompt_tokens"] = pm.prompt_tokens;
+  json queue = json::array();
+  for (const auto& d : r.depths) queue.push_back({{"depth", d.depth}, {"gbps", d.bps / 1e9}});
+  doc["direct_read_by_queue_depth"] = queue;
+  doc["speculation"] = {{"draft_tokens", r.spec.draft_tokens}, {"acceptance", r.spec.acceptance}};
+  json list = json::array();
+  for (const Row& row : r.rows) list.push_back(ScenarioJson(row));
+  doc["scenarios"] = std::move(list);
+  const std::string text = doc.dump(1) + "\n";
+  return WriteFileAtomically(a.json_path, text.data(), text.size());
+}
+
+// Usage errors, before anything is measured: the folders, the output path, --mem-limit and the
+// profile. Returns 0 or the exit code.
+int CheckPlanArgs(const PlanArgs& a, uint64_t* mem_limit, json* profile_doc) {
+  if (a.k3 == !a.model_dir.empty()) return UsageError("give either --model DIR or --k3");
+  if (!a.mem_limit.empty()) {
+    auto parsed = ParseByteSize(a.mem_limit);
+    if (!parsed.ok()) return UsageError("--mem-limit: " + parsed.status().message());
+    *mem_limit = *parsed;
+  }
+  std::error_code ec;
+  if (!a.model_dir.empty()) {
+    if (!fs::is_directory(a.model_dir, ec)) {
+      return UsageError("--model " + a.model_dir + ": " +
+                        (fs::exists(a.model_dir, ec) ? "is not a directory" : "no such directory"));
+    }
+    if (!fs::exists(fs::path(a.model_dir) / "config.json", ec)) {
+      return UsageError("--model " + a.model_dir + ": no config.json (not a model folder)");
+    }
+  }
+  if (!a.probe_dir.empty() && !fs::is_directory(a.probe_dir, ec)) {
+    return UsageError("--probe-dir " + a.probe_dir + ": no such directory");
+  }
   if (!a.json_path.empty()) {
-    json doc;
-    doc["model"] = a.k3 ? "kimi-k3" : a.model_dir;
-    doc["profile"] = ProfileJson(m);
-    doc["mem_limit"] = machine_budget;
-    doc["prompt_tokens"] = prompt_tokens;
-    json queue = json::array();
-    for (const auto& d : depths) queue.push_back({{"depth", d.depth}, {"gbps", d.bps / 1e9}});
-    doc["direct_read_by_queue_depth"] = queue;
-    doc["speculation"] = {{"draft_tokens", spec.draft_tokens},
-                          {"acceptance", spec.acceptance},
-                          {"implemented", false}};
-    json list = json::array();
-    for (const Row& r : rows) {
-      json s = {{"name", r.plan.name},
-                {"spine", r.plan.spine},
-                {"feasible", r.p.feasible},
-                {"fits_this_machine", r.fits_machine},
-                {"note", r.p.note}};
-      if (r.p.feasible) {
-        s["predicted_s_per_token"] = r.p.s_per_token;
-        s["bytes_read_per_token"] = r.p.bytes_read;
-        s["bound"] = r.p.bound;
-        s["compute_s"] = r.p.compute_s;
-        s["expert_disk_s"] = r.p.expert_disk_s;
-        s["spine_disk_s"] = r.p.spine_disk_s;
-        s["exposed_io_s"] = r.p.exposed_io_s;
-        s["expert_hit_rate"] = r.p.expert_hit_rate;
-        s["memory_budget"] = r.plan.budget;
-        s["expert_cache_bytes"] = r.plan.expert_cache_bytes;
-        s["spine_resident"] = r.plan.spine_resident;
-        s["experts_streamed"] = r.plan.experts_streamed;
-        s["prefill_wave"] = r.plan.prefill_wave;
-        s["prefill_waves"] = r.prefill.waves;
-        s["predicted_prefill_s"] = r.prefill.seconds;
-        s["prefill_bound"] = r.prefill.bound;
-        s["prefill_read_s"] = r.prefill.read_s;
-        s["prefill_compute_s"] = r.prefill.compute_s;
-        s["prefill_bytes_read"] = r.prefill.bytes_read;
-      } else {
-        s["predicted_s_per_token"] = nullptr;
-        s["predicted_prefill_s"] = nullptr;
-      }
-      list.push_back(std::move(s));
+    if (Status st = CheckOutputPath("--json", a.json_path); !st.ok()) {
+      return UsageError(st.message());
     }
-    doc["scenarios"] = std::move(list);
-    const std::string text = doc.dump(1) + "\n";
-    if (Status st = WriteFileAtomically(a.json_path, text.data(), text.size()); !st.ok()) {
-      return Fail(st);
-    }
+  }
+  if (a.profile.empty()) return 0;
+  if (a.profile == "m1-max") {
+    *profile_doc = M1MaxProfile();
+    return 0;
+  }
+  std::ifstream in(a.profile);
+  if (!in) return UsageError("--profile " + a.profile + ": no such file (or give m1-max)");
+  *profile_doc = json::parse(in, nullptr, false);
+  if (profile_doc->is_discarded()) return UsageError("--profile " + a.profile + ": not JSON");
+  if (profile_doc->contains("profile")) *profile_doc = (*profile_doc)["profile"];  // a --json file
+  return 0;
+}
+
+// measure -> predict -> report.
+int RunPlan(const PlanArgs& a) {
+  uint64_t mem_limit = 0;
+  json profile_doc;
+  if (const int rc = CheckPlanArgs(a, &mem_limit, &profile_doc); rc != 0) return rc;
+  auto model = ReadPlanModel(a);
+  if (!model.ok()) return Fail(model.status());
+  const PlanModel& pm = *model;
+
+  auto measured = MeasureMachine(a, profile_doc, pm);
+  if (!measured.ok()) {
+    // A profile that does not parse is the user's to fix; a failed measurement is not.
+    return profile_doc.is_null() ? Fail(measured.status())
+                                 : UsageError(measured.status().message());
+  }
+  PlanResult r;
+  r.m = measured->profile;
+  r.depths = measured->depths;
+  r.machine_budget = mem_limit > 0 ? mem_limit : r.m.ram_budget;
+  AddDrives(a.drive_gbps, &r.m);
+  r.spec = {a.acceptance, a.draft_tokens};
+  if (Status st = PredictRows(pm, mem_limit, &r); !st.ok()) return Fail(st);
+
+  PrintMachine(a, pm, r, mem_limit);
+  PrintTable(pm, r);
+  PrintRecommendation(pm, r);
+  if (!a.json_path.empty()) {
+    if (Status st = WritePlanJson(a, pm, r); !st.ok()) return Fail(st);
   }
   return 0;
 }

@@ -12,6 +12,7 @@
 #include "base/thread_pool.h"
 #include "kernels/matvec.h"
 #include "model/forward.h"
+#include "model/reserved_bytes.h"
 #include "weights/drive_set.h"
 #include "weights/expert_source.h"
 #include "weights/expert_streamer.h"
@@ -67,22 +68,6 @@ struct Session::Impl {
 
 namespace {
 
-// Resident bytes of `specs`; with the row-int8 spine, converted matrices count as int8 plus one
-// fp32 scale per row (their BF16 shard pages stay mapped but are never touched).
-// Bytes of one spine tensor in the runtime format (the row-int8 copy with --spine int8).
-uint64_t TensorBytes(const TensorSpec& spec, bool spine_int8) {
-  if (spine_int8) return SpineInt8TensorBytes(spec.name, spec.dtype, spec.shape);
-  uint64_t n = DTypeSize(spec.dtype);
-  for (int64_t d : spec.shape) n *= static_cast<uint64_t>(d);
-  return n;
-}
-
-uint64_t SpecBytes(const std::vector<TensorSpec>& specs, bool spine_int8) {
-  uint64_t total = 0;
-  for (const auto& spec : specs) total += TensorBytes(spec, spine_int8);
-  return total;
-}
-
 // Floats one position of a prefill wave (or verify row) adds to a session's working buffers
 // (forward.cc, kda.cc, mla.cc, moe.cc reserve these per position), from the config.
 int64_t SessionFloatsPerPosition(const ModelConfig& c) {
@@ -133,21 +118,26 @@ KdaRollbackMode RollbackMode(const EngineOptions& o) {
                                                           : KdaRollbackMode::kReplay;
 }
 
-// `chunk`: a fixed --prefill-chunk, or 0 for a planned wave.
-Result<MemoryPlan> PlanFor(const EngineOptions& o, const ModelConfig& c, int64_t chunk,
+// `chunk`: a fixed --prefill-chunk, or 0 for a planned wave. `spine`: the byte map's rows from
+// the config (SpineTensorTable, in the runtime format).
+Result<MemoryPlan> PlanFor(const EngineOptions& o, const ModelConfig& c,
+                           const std::vector<SpineTensorEntry>& spine, int64_t chunk,
                            int64_t capacity) {
   MemoryNeeds needs;
-  needs.spine_bytes = SpecBytes(GlobalTensorSpecs(c), o.spine_int8);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const uint64_t layer = SpecBytes(LayerTensorSpecs(c, l), o.spine_int8);
-    needs.spine_bytes += layer;
-    needs.largest_layer_spine = std::max(needs.largest_layer_spine, layer);
-    needs.spine_groups.push_back(layer);
-  }
-  for (const TensorSpec& spec : GlobalTensorSpecs(c)) {
-    if (spec.name.find("lm_head") != std::string::npos) {
-      needs.spine_groups.push_back(TensorBytes(spec, o.spine_int8));
+  // The ring's groups: one per decoder layer, then the lm_head.
+  needs.spine_groups.assign(static_cast<size_t>(c.num_hidden_layers) + 1, 0);
+  for (const SpineTensorEntry& e : spine) {
+    const uint64_t bytes = ResidentBytes(e);
+    needs.spine_bytes += bytes;
+    if (e.layer >= 0) {
+      needs.spine_groups[static_cast<size_t>(e.layer)] += bytes;
+    } else if (e.role == SpineRole::kLmHead) {
+      needs.spine_groups.back() += bytes;
     }
+  }
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    needs.largest_layer_spine =
+        std::max(needs.largest_layer_spine, needs.spine_groups[static_cast<size_t>(l)]);
   }
   needs.spine_ring_depth = o.spine_readahead + 1;
   needs.all_expert_bytes = c.ExpertBytes() * static_cast<uint64_t>(c.num_experts) *
@@ -185,7 +175,19 @@ struct LoadPlan {
   MemoryPlan memory;
 };
 
-Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c) {
+// The context a session holds: --ctx, or min(the config's limit, 4096).
+Result<int64_t> ContextCapacity(const EngineOptions& options, const ModelConfig& c) {
+  int64_t capacity = options.context_capacity;
+  if (capacity <= 0) capacity = std::min<int64_t>(c.max_position_embeddings, 4096);
+  if (capacity > c.max_position_embeddings) {
+    return Status::Error("context capacity " + std::to_string(capacity) +
+                         " exceeds the model's max_position_embeddings " +
+                         std::to_string(c.max_position_embeddings));
+  }
+  return capacity;
+}
+
+Status CheckOptions(const EngineOptions& options) {
   if (options.prefill_chunk < 0) {
     return Status::Error("prefill chunk must be >= 1 (or 0: the planned wave)");
   }
@@ -196,17 +198,58 @@ Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c
   if (options.max_draft < 0 || options.max_draft > 64) {
     return Status::Error("max draft must be in [0, 64]");
   }
-  int64_t capacity = options.context_capacity;
-  if (capacity <= 0) capacity = std::min<int64_t>(c.max_position_embeddings, 4096);
-  if (capacity > c.max_position_embeddings) {
-    return Status::Error("context capacity " + std::to_string(capacity) +
-                         " exceeds the model's max_position_embeddings " +
-                         std::to_string(c.max_position_embeddings));
+  return Status::Ok();
+}
+
+// The work of one decode step and of a prompt token (ModelInfo's workload fields), summed over
+// the byte map's rows.
+void AddWorkload(const ModelConfig& c, const std::vector<SpineTensorEntry>& spine,
+                 ModelInfo* info) {
+  // Decode reads every spine tensor but the embedding table, of which it reads one row (BF16).
+  info->num_moe_layers = c.num_moe_layers();
+  info->spine_bytes_per_token = info->spine_bytes + static_cast<uint64_t>(c.hidden_size) * 2;
+  int64_t products = 0;
+  for (const SpineTensorEntry& e : spine) {
+    if (e.role == SpineRole::kEmbedding) info->spine_bytes_per_token -= ResidentBytes(e);
+    // What runs after a layer's routed experts, before the next layer's lookahead is issued.
+    if (e.role == SpineRole::kLmHead || e.role == SpineRole::kLatentUp) {
+      info->unoverlapped_spine_bytes_per_token += ResidentBytes(e);
+    }
+    // One kernel call a step per linear matrix; MLA's kv_b_proj is two small products per head
+    // inside the attention. The [1, H] AttnRes projections are folded into the mixes.
+    if (IsLinearRole(e.role)) ++products;
+    if (e.role == SpineRole::kMlaKvB) products += 2 * c.mla_heads;
+    (e.role == SpineRole::kLmHead ? info->lm_head_macs : info->linear_macs_per_token) +=
+        MatrixMacs(e);
+    // The lookahead reads one more router a step; counted at its checkpoint (BF16) size.
+    if (e.role == SpineRole::kRouter && info->router_bytes == 0) {
+      info->router_bytes =
+          static_cast<uint64_t>(e.rows) * static_cast<uint64_t>(e.cols) * DTypeSize(e.dtype);
+    }
   }
-  const int64_t chunk = std::min(options.prefill_chunk, capacity);  // 0: a planned wave
-  LoadPlan p;
-  DF_ASSIGN_OR_RETURN(p.memory, PlanFor(options, c, chunk, capacity));
-  ModelInfo& info = p.info;
+  info->spine_products_per_token = products;
+  const auto kda_layers =
+      std::count(c.layer_kinds.begin(), c.layer_kinds.end(), AttentionKind::kKda);
+  info->recurrent_state_bytes =
+      static_cast<uint64_t>(kda_layers * c.kda_heads * c.kda_head_dim * c.kda_head_dim) * 4;
+  // The routed experts a token runs (top-k per MoE layer: W1, W3 [inter, latent], W2 [latent,
+  // inter]), the KDA recurrence (decay, k·S, the rank-1 update and q·S: 4·d² per head) and MLA's
+  // absorbed attention per cached position (scores over lora + rope, the context over lora).
+  info->linear_macs_per_token +=
+      static_cast<uint64_t>(c.num_moe_layers() * c.num_experts_per_token * 3 *
+                            c.moe_intermediate_size * c.routed_expert_hidden_size);
+  info->kda_macs_per_token =
+      static_cast<uint64_t>(kda_layers * c.kda_heads * 4 * c.kda_head_dim * c.kda_head_dim);
+  info->mla_macs_per_cached_position = static_cast<uint64_t>(
+      (c.num_hidden_layers - kda_layers) * c.mla_heads * (2 * c.kv_lora_rank + c.qk_rope_head_dim));
+}
+
+// ModelInfo's shape and workload: everything that does not depend on the memory budget.
+Result<ModelInfo> MakeShape(const EngineOptions& options, const ModelConfig& c,
+                            const std::vector<SpineTensorEntry>& spine) {
+  DF_RETURN_IF_ERROR(CheckOptions(options));
+  ModelInfo info;
+  DF_ASSIGN_OR_RETURN(info.context_capacity, ContextCapacity(options, c));
   info.model_dir = options.model_dir;
   info.vocab_size = c.vocab_size;
   info.hidden_size = c.hidden_size;
@@ -215,16 +258,27 @@ Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c
   info.experts_per_token = c.num_experts_per_token;
   info.eos_token_id = c.eos_token_id;
   info.bos_token_id = c.bos_token_id;
-  info.context_capacity = capacity;
   info.expert_bytes = c.ExpertBytes();
-  info.memory_plan = p.memory.Describe();
   info.spine_int8 = options.spine_int8;
+  for (const SpineTensorEntry& e : spine) info.spine_bytes += ResidentBytes(e);
+  AddWorkload(c, spine, &info);
+  return info;
+}
+
+Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c) {
+  const std::vector<SpineTensorEntry> spine = SpineTensorTable(c, options.spine_int8);
+  LoadPlan p;
+  DF_ASSIGN_OR_RETURN(p.info, MakeShape(options, c, spine));
+  const int64_t capacity = p.info.context_capacity;
+  const int64_t chunk = std::min(options.prefill_chunk, capacity);  // 0: a planned wave
+  DF_ASSIGN_OR_RETURN(p.memory, PlanFor(options, c, spine, chunk, capacity));
+  ModelInfo& info = p.info;
+  info.memory_plan = p.memory.Describe();
   if (options.spine_int8) {
     info.memory_plan += "\n  spine: row-int8 (not weight-exact: logits differ from the BF16 model)";
   }
   info.experts_streamed = p.memory.experts_streamed;
   info.expert_cache_bytes = p.memory.expert_cache_bytes;
-  info.spine_bytes = p.memory.needs.spine_bytes;
   info.memory_budget = p.memory.budget.bytes;
   info.spine_resident = p.memory.spine_resident;
   info.session_bytes = p.memory.session_bytes;
@@ -235,54 +289,6 @@ Result<LoadPlan> MakeLoadPlan(const EngineOptions& options, const ModelConfig& c
   info.spine_ring_depth = p.memory.spine_ring_depth;
   info.expert_read_mode =
       p.memory.experts_streamed ? (options.direct_io ? "direct" : "buffered") : "mapped";
-  // Decode workload: every 2-D spine matrix is one kernel call per step (Linear), except the
-  // embedding table (one row is read) and MLA's kv_b_proj (two small products per head inside
-  // the attention); [1, H] AttnRes projections are folded into the mixes.
-  const uint64_t embed_bytes = static_cast<uint64_t>(c.vocab_size * c.hidden_size) * 2;
-  info.num_moe_layers = c.num_moe_layers();
-  info.spine_bytes_per_token =
-      p.memory.needs.spine_bytes - embed_bytes + static_cast<uint64_t>(c.hidden_size) * 2;
-  int64_t products = 0;
-  auto count = [&](const std::vector<TensorSpec>& specs) {
-    for (const auto& spec : specs) {
-      // What runs after a layer's routed experts, before the next layer's lookahead is issued.
-      if (spec.name.find("lm_head") != std::string::npos ||
-          spec.name.find("routed_expert_up_proj") != std::string::npos) {
-        info.unoverlapped_spine_bytes_per_token += TensorBytes(spec, options.spine_int8);
-      }
-      if (spec.shape.size() != 2 || spec.shape[0] <= 1) continue;
-      if (spec.name.find("embed_tokens") != std::string::npos) continue;
-      products += spec.name.find("kv_b_proj") != std::string::npos ? 2 * c.mla_heads : 1;
-      const auto macs = static_cast<uint64_t>(spec.shape[0] * spec.shape[1]);
-      if (spec.name.find("lm_head") != std::string::npos) {
-        info.lm_head_macs += macs;
-      } else {
-        info.linear_macs_per_token += macs;
-      }
-    }
-  };
-  count(GlobalTensorSpecs(c));
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    count(LayerTensorSpecs(c, l));
-    if (c.layer_kinds[static_cast<size_t>(l)] == AttentionKind::kKda) {
-      info.recurrent_state_bytes +=
-          static_cast<uint64_t>(c.kda_heads * c.kda_head_dim * c.kda_head_dim) * 4;
-    }
-  }
-  info.spine_products_per_token = products;
-  // The routed experts a token runs (top-k per MoE layer: W1, W3 [inter, latent], W2 [latent,
-  // inter]), the KDA recurrence (decay, k·S, the rank-1 update and q·S: 4·d² per head) and MLA's
-  // absorbed attention per cached position (scores over lora + rope, the context over lora).
-  info.linear_macs_per_token +=
-      static_cast<uint64_t>(c.num_moe_layers() * c.num_experts_per_token * 3 *
-                            c.moe_intermediate_size * c.routed_expert_hidden_size);
-  const auto kda_layers =
-      std::count(c.layer_kinds.begin(), c.layer_kinds.end(), AttentionKind::kKda);
-  info.kda_macs_per_token =
-      static_cast<uint64_t>(kda_layers * c.kda_heads * 4 * c.kda_head_dim * c.kda_head_dim);
-  info.mla_macs_per_cached_position = static_cast<uint64_t>(
-      (c.num_hidden_layers - kda_layers) * c.mla_heads * (2 * c.kv_lora_rank + c.qk_rope_head_dim));
-  info.router_bytes = static_cast<uint64_t>(c.num_experts * c.hidden_size) * 2;
   return p;
 }
 
@@ -337,11 +343,31 @@ Result<EngineOptions> WithPlacement(const EngineOptions& options) {
 
 }  // namespace
 
-Result<ModelInfo> Engine::Plan(const EngineOptions& plain_options) {
-  DF_ASSIGN_OR_RETURN(const EngineOptions options, WithPlacement(plain_options));
-  DF_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(options.model_dir));
+namespace {
+
+// The config `config_json` gives, or <model_dir>/config.json when it is empty.
+Result<ModelConfig> ConfigFor(const EngineOptions& options, const std::string& config_json) {
+  if (config_json.empty()) return LoadModelConfig(options.model_dir);
+  return ParseModelConfig(config_json, "config.json");
+}
+
+}  // namespace
+
+Result<ModelInfo> Engine::Plan(const EngineOptions& options) { return Plan(options, {}); }
+
+Result<ModelInfo> Engine::Plan(const EngineOptions& plain_options, const std::string& config_json) {
+  EngineOptions options = plain_options;
+  if (!options.model_dir.empty()) {
+    DF_ASSIGN_OR_RETURN(options, WithPlacement(plain_options));
+  }
+  DF_ASSIGN_OR_RETURN(ModelConfig config, ConfigFor(options, config_json));
   DF_ASSIGN_OR_RETURN(LoadPlan p, MakeLoadPlan(options, config));
   return p.info;
+}
+
+Result<ModelInfo> Engine::Shape(const EngineOptions& options, const std::string& config_json) {
+  DF_ASSIGN_OR_RETURN(ModelConfig config, ConfigFor(options, config_json));
+  return MakeShape(options, config, SpineTensorTable(config, options.spine_int8));
 }
 
 Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& plain_options) {
@@ -564,6 +590,9 @@ Status Session::Commit(int64_t accepted) {
 
 int64_t Session::max_verify_rows() const { return impl_->forward.max_verify_rows(); }
 uint64_t Session::rollback_bytes_per_row() const { return impl_->forward.rollback_bytes_per_row(); }
+uint64_t Session::ReservedBytes() const {
+  return impl_->forward.ReservedBytes() + BufferBytes(impl_->logits);
+}
 
 std::span<const float> Session::Logits() const { return impl_->logits.span(); }
 int64_t Session::position() const { return impl_->forward.position(); }

@@ -6,6 +6,7 @@
 
 #include "model/linear.h"
 #include "model/ops.h"
+#include "model/reserved_bytes.h"
 #include "quant/bf16.h"
 
 namespace deltafin {
@@ -50,6 +51,15 @@ ForwardPass::ForwardPass(const ModelWeights& weights, int64_t max_chunk, int64_t
   sublayer_.Resize(sz(n * h));
   tail_.Resize(sz(h));
   sources_.resize(sz(max_anchors_ + 1));
+}
+
+uint64_t ForwardPass::ReservedBytes() const {
+  uint64_t total = kda_scratch_.Bytes() + mla_scratch_.Bytes() + ffn_scratch_.Bytes();
+  for (const KdaState& k : kda_) total += k.Bytes();
+  for (const MlaCache& m : mla_) total += m.Bytes();
+  for (const KdaRollback& r : rollback_) total += r.Bytes();
+  total += BufferBytes(partial_, anchors_, mixed_, normed_, sublayer_, tail_);
+  return total + sources_.capacity() * sizeof(const float*);
 }
 
 void ForwardPass::Reset() {

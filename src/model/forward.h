@@ -49,6 +49,8 @@ class ForwardPass {
   int64_t max_verify_rows() const { return max_verify_rows_; }
   // KDA rollback memory reserved per verify row, all layers (the memory report).
   uint64_t rollback_bytes_per_row() const;
+  // Bytes of every buffer reserved at construction: state, cache, scratch and rollback.
+  uint64_t ReservedBytes() const;
   // Tests: the per-layer state (null where the layer is of the other kind).
   const KdaState* kda_state(int64_t layer) const {
     return kda_[static_cast<size_t>(layer)].recurrent.size() ? &kda_[static_cast<size_t>(layer)]

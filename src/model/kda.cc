@@ -90,6 +90,10 @@ void KdaRollback::Reserve(const ModelConfig& c, KdaRollbackMode m, int64_t max_r
   }
 }
 
+uint64_t KdaRollback::Bytes() const {
+  return BufferBytes(conv_q, conv_k, conv_v, raw, base, inputs, delta, snapshots);
+}
+
 uint64_t KdaRollback::BytesPerRow(const ModelConfig& c, KdaRollbackMode mode) {
   const auto p = static_cast<uint64_t>(c.kda_width());
   const auto state = static_cast<uint64_t>(c.kda_heads * c.kda_head_dim * c.kda_head_dim);
@@ -143,6 +147,8 @@ void KdaState::Init(const ModelConfig& c) {
   recurrent.Resize(static_cast<size_t>(c.kda_heads * c.kda_head_dim * c.kda_head_dim));
 }
 
+uint64_t KdaState::Bytes() const { return BufferBytes(conv_q, conv_k, conv_v, recurrent); }
+
 void KdaState::Clear() {
   conv_q.Zero();
   conv_k.Zero();
@@ -156,6 +162,10 @@ void KdaScratch::Reserve(const ModelConfig& c, int64_t max_positions) {
   f_low.Resize(static_cast<size_t>(max_positions * c.kda_head_dim));
   beta.Resize(static_cast<size_t>(max_positions * c.kda_heads));
   window.Resize(static_cast<size_t>(c.kda_width()));
+}
+
+uint64_t KdaScratch::Bytes() const {
+  return BufferBytes(q, k, v, gate, decay, out, f_low, beta, window);
 }
 
 void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64_t n,

@@ -11,6 +11,7 @@
 
 #include "base/aligned_buffer.h"
 #include "model/op_timer.h"
+#include "model/reserved_bytes.h"
 #include "weights/config.h"
 #include "weights/weights.h"
 
@@ -22,6 +23,7 @@ struct KdaState {
   AlignedBuffer<float> recurrent;               // [heads, head_dim(k), head_dim(v)]  S[h][k][v]
   void Init(const ModelConfig& c);
   void Clear();
+  uint64_t Bytes() const;  // reserved, for Session::ReservedBytes
 };
 
 // Working memory for up to `max_positions` positions, reserved once per session.
@@ -31,6 +33,7 @@ struct KdaScratch {
   AlignedBuffer<float> beta;                       // [n, heads]
   AlignedBuffer<float> window;                     // [P] conv accumulation
   void Reserve(const ModelConfig& c, int64_t max_positions);
+  uint64_t Bytes() const;
 };
 
 // How a speculative verify pass (model/forward.h) keeps what it needs to roll a KDA layer back to
@@ -53,6 +56,7 @@ struct KdaRollback {
   AlignedBuffer<float> delta;                   // kReplay: [dv] δ of the replayed update
   AlignedBuffer<float> snapshots;               // kSnapshot: [max_rows - 1, heads, dk, dv]
   void Reserve(const ModelConfig& c, KdaRollbackMode mode, int64_t max_rows);
+  uint64_t Bytes() const;
   // Bytes reserved per verify row (for the memory report).
   static uint64_t BytesPerRow(const ModelConfig& c, KdaRollbackMode mode);
 };

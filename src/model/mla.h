@@ -12,6 +12,7 @@
 #include "base/aligned_buffer.h"
 #include "base/status.h"
 #include "model/op_timer.h"
+#include "model/reserved_bytes.h"
 #include "weights/config.h"
 #include "weights/weights.h"
 
@@ -23,6 +24,7 @@ struct MlaCache {
   int64_t length = 0;
   int64_t capacity = 0;
   void Init(const ModelConfig& c, int64_t capacity_positions);
+  uint64_t Bytes() const { return BufferBytes(latent, rope); }
 };
 
 struct MlaScratch {
@@ -35,6 +37,7 @@ struct MlaScratch {
   AlignedBuffer<float> ctx;     // [kv_lora]
   AlignedBuffer<float> scores;  // [capacity]
   void Reserve(const ModelConfig& c, int64_t max_positions, int64_t capacity);
+  uint64_t Bytes() const { return BufferBytes(q_low, q, kv, gate, out, q_lat, ctx, scores); }
 };
 
 // x: [n, H] normalised inputs of the next n positions; appends them to the cache (each position

@@ -43,6 +43,12 @@ void FfnScratch::Reserve(const ModelConfig& c, int64_t max_positions) {
   routed.Resize(sz(n * c.hidden_size));
 }
 
+uint64_t FfnScratch::Bytes() const {
+  return BufferBytes(gate, up, router_logits, router_scratch, ids, weights, z, z_gathered, work,
+                     work_begin, work_cursor, needed, mark, guess_ids, guess_weights, guess_union,
+                     u1, u3, y_expert, y_slots, r, routed);
+}
+
 void GatedFfnForward(const ModelConfig& c, const GatedFfnWeights& w, const float* x, int64_t n,
                      FfnScratch* s, float* out) {
   const int64_t width = w.gate_proj.rows;

@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "deltafin/engine.h"
 #include "model/op_timer.h"
+#include "model/reserved_bytes.h"
 #include "weights/config.h"
 #include "weights/expert_source.h"
 #include "weights/weights.h"
@@ -48,6 +49,7 @@ struct FfnScratch {
   AlignedBuffer<float> r;              // [n, latent]
   AlignedBuffer<float> routed;         // [n, H]
   void Reserve(const ModelConfig& c, int64_t max_positions);
+  uint64_t Bytes() const;  // reserved, for Session::ReservedBytes
 };
 
 // out[n, H] = down·SiTU(gate·x, up·x). Charges nothing: the caller knows its family.

@@ -40,47 +40,29 @@ uint64_t SpineInt8TensorBytes(const std::string& name, DType dtype,
 
 namespace {
 
-// Every matrix the forward pass reads whole (model/linear.h), by tensor name.
-std::vector<std::pair<std::string, SpineMatrix*>> WholeMatrices(ModelWeights* w) {
-  std::vector<std::pair<std::string, SpineMatrix*>> out;
-  out.emplace_back("language_model.lm_head.weight", &w->lm_head);
-  for (size_t i = 0; i < w->layers.size(); ++i) {
-    LayerWeights& lw = w->layers[i];
-    const auto layer = static_cast<int64_t>(i);
-    auto add = [&](const char* suffix, SpineMatrix* m) {
-      out.emplace_back(LayerTensorName(layer, suffix), m);
-    };
-    if (lw.kind == AttentionKind::kKda) {
-      KdaWeights& k = lw.kda;
-      add("self_attn.q_proj.weight", &k.q_proj);
-      add("self_attn.k_proj.weight", &k.k_proj);
-      add("self_attn.v_proj.weight", &k.v_proj);
-      add("self_attn.f_a_proj.weight", &k.f_a_proj);
-      add("self_attn.f_b_proj.weight", &k.f_b_proj);
-      add("self_attn.b_proj.weight", &k.b_proj);
-      add("self_attn.g_proj.weight", &k.g_proj);
-      add("self_attn.o_proj.weight", &k.o_proj);
-    } else {
-      MlaWeights& m = lw.mla;  // kv_b_proj: kept BF16 (KeptBf16AtRuntime)
-      add("self_attn.q_a_proj.weight", &m.q_a_proj);
-      add("self_attn.q_b_proj.weight", &m.q_b_proj);
-      add("self_attn.kv_a_proj_with_mqa.weight", &m.kv_a_proj);
-      add("self_attn.g_proj.weight", &m.g_proj);
-      add("self_attn.o_proj.weight", &m.o_proj);
-    }
-    if (!lw.is_moe) {
-      add("mlp.gate_proj.weight", &lw.dense.gate_proj);
-      add("mlp.up_proj.weight", &lw.dense.up_proj);
-      add("mlp.down_proj.weight", &lw.dense.down_proj);
-    } else {
-      MoeWeights& m = lw.moe;
-      add("block_sparse_moe.gate.weight", &m.router);
-      add("block_sparse_moe.routed_expert_down_proj.weight", &m.latent_down);
-      add("block_sparse_moe.routed_expert_up_proj.weight", &m.latent_up);
-      add("block_sparse_moe.shared_experts.gate_proj.weight", &m.shared.gate_proj);
-      add("block_sparse_moe.shared_experts.up_proj.weight", &m.shared.up_proj);
-      add("block_sparse_moe.shared_experts.down_proj.weight", &m.shared.down_proj);
-    }
+// Every matrix the forward pass reads whole (model/linear.h): the byte map's rows of a linear
+// role, with the tensor's name and the matrix it feeds. The map is in roster order, so the
+// roster's names line up with its rows.
+struct WholeMatrix {
+  std::string name;
+  SpineMatrix* matrix;
+  SpineTensorEntry* entry;
+};
+
+std::vector<WholeMatrix> WholeMatrices(ModelWeights* w) {
+  std::vector<TensorSpec> specs = GlobalTensorSpecs(w->config);
+  for (int64_t l = 0; l < w->config.num_hidden_layers; ++l) {
+    for (TensorSpec& s : LayerTensorSpecs(w->config, l)) specs.push_back(std::move(s));
+  }
+  std::vector<WholeMatrix> out;
+  size_t row = 0;
+  for (const TensorSpec& spec : specs) {
+    if (spec.role == SpineRole::kNone) continue;
+    SpineTensorEntry& e = w->spine_map[row++];
+    if (!IsLinearRole(e.role)) continue;  // kv_b_proj: kept BF16 (KeptBf16AtRuntime)
+    SpineMatrix* m =
+        e.layer < 0 ? &w->lm_head : LayerMatrix(&w->layers[static_cast<size_t>(e.layer)], e.role);
+    out.push_back({spec.name, m, &e});
   }
   return out;
 }
@@ -121,7 +103,7 @@ Status AttachSpineInt8(const std::string& model_dir, ModelWeights* w) {
   const auto matrices = WholeMatrices(w);
   w->int8_files.reserve(matrices.size());
   w->int8_scales.reserve(matrices.size());
-  for (const auto& [name, m] : matrices) {
+  for (const auto& [name, m, entry] : matrices) {
     auto it = entries.find(name);
     if (it == entries.end()) {
       return Status::Error(manifest_path + " lacks tensor " + name + "; " + convert);
@@ -160,6 +142,11 @@ Status AttachSpineInt8(const std::string& model_dir, ModelWeights* w) {
     }
     m->q = reinterpret_cast<const int8_t*>(q.data());
     m->q_scales = scales.data();
+    // The byte map now names the .i8 file (indexed past the shards, ModelWeights::SpineFilePath).
+    entry->file = static_cast<int>(w->num_spine_files());
+    entry->offset = 0;
+    entry->bytes = want_q;
+    entry->row_int8 = true;
     w->int8_files.push_back(std::move(q));
     w->int8_scales.push_back(std::move(scales));
   }

@@ -14,7 +14,7 @@ SpinePages::SpinePages(const ModelWeights& w, int readers) {
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& lw = w.layers[i];
     std::vector<Chunk>* g = &groups_[i];
-    ForEachSpineMatrix(lw, [&](const SpineMatrix& m, const char*) { Add(g, m); });
+    ForEachSpineMatrix(lw, [&](const SpineMatrix& m, SpineRole) { Add(g, m); });
   }
   Add(&groups_.back(), w.lm_head);
   const size_t threads = static_cast<size_t>(std::max(readers, 1));

@@ -48,9 +48,9 @@ void CloneLayer(const ModelConfig& c, const LayerWeights& from, LayerWeights* to
   // The matrices, pairwise over the one list (weights.h); both layers have the same kind.
   const SpineMatrix* matrices[kMaxLayerMatrices];
   size_t n = 0;
-  ForEachSpineMatrix(from, [&](const SpineMatrix& m, const char*) { matrices[n++] = &m; });
+  ForEachSpineMatrix(from, [&](const SpineMatrix& m, SpineRole) { matrices[n++] = &m; });
   size_t i = 0;
-  ForEachSpineMatrix(*to, [&](SpineMatrix& m, const char*) { m = *matrices[i++]; });
+  ForEachSpineMatrix(*to, [&](SpineMatrix& m, SpineRole) { m = *matrices[i++]; });
   // The small vectors: copied (mapped ones) or widened copies.
   const KdaWeights& k = from.kda;
   KdaWeights& tk = to->kda;
@@ -100,59 +100,35 @@ Status SpineRing::Plan(const ModelWeights& w, const SpineRingOptions& o) {
   for (size_t i = 0; i < n_layers; ++i) CloneLayer(c, w.layers[i], &layers_[i], &small_copies_);
   lm_head_ = w.lm_head;
 
-  // Which mapped file holds a pointer: the shards, then the .i8 files.
-  std::vector<const MappedFile*> mapped;
-  for (const MappedFile& f : w.checkpoint.shards()) mapped.push_back(&f);
-  for (const MappedFile& f : w.int8_files) mapped.push_back(&f);
-  std::vector<int> file_of(mapped.size(), -1);  // index into files_, opened on first use
+  // Every matrix the ring reads, from the byte map: its file (opened on first use), offset and
+  // bytes, and the pointer in layers_ / lm_head_ it feeds.
+  std::vector<int> file_of(w.num_spine_files(), -1);  // index into files_
   read_mode_ = o.read_mode;
-  auto locate = [&](const void* p, uint64_t bytes, MatrixRef* ref) -> Status {
-    const auto* b = static_cast<const uint8_t*>(p);
-    for (size_t f = 0; f < mapped.size(); ++f) {
-      const uint8_t* base = mapped[f]->data();
-      if (b >= base && b + bytes <= base + mapped[f]->size()) {
-        if (file_of[f] < 0) {
-          DF_ASSIGN_OR_RETURN(DirectFile file, DirectFile::Open(mapped[f]->path(), o.read_mode));
-          if (file.mode() != ReadMode::kDirect) read_mode_ = file.mode();
-          file_of[f] = static_cast<int>(files_.size());
-          files_.push_back(std::move(file));
-        }
-        ref->file = file_of[f];
-        ref->offset = static_cast<uint64_t>(b - base);
-        ref->bytes = bytes;
-        return Status::Ok();
-      }
-    }
-    return Status::Error("spine ring: " + ref->name + " lies in no mapped file");
-  };
-
   groups_.resize(n_layers + 1);
-  auto add = [&](Group* g, SpineMatrix* m, const std::string& name) -> Status {
+  for (const SpineTensorEntry& e : w.spine_map) {
+    if (!IsSpineMatrixRole(e.role)) continue;
     MatrixRef ref;
-    ref.matrix = m;
-    ref.name = name;
-    const auto elements = static_cast<uint64_t>(m->rows) * static_cast<uint64_t>(m->cols);
-    ref.int8 = m->q != nullptr;
-    if (ref.int8) {
-      DF_RETURN_IF_ERROR(locate(m->q, elements, &ref));
-    } else {
-      if (m->data == nullptr) return Status::Ok();
-      DF_RETURN_IF_ERROR(locate(m->data, elements * 2, &ref));
+    ref.matrix =
+        e.layer < 0 ? &lm_head_ : LayerMatrix(&layers_[static_cast<size_t>(e.layer)], e.role);
+    ref.name = e.layer < 0 ? std::string(SpineRoleName(e.role))
+                           : "layer " + std::to_string(e.layer) + " " + SpineRoleName(e.role);
+    if (ref.matrix == nullptr || e.file < 0) {
+      return Status::Error("spine ring: " + ref.name + " is not bound");
     }
-    g->matrices.push_back(std::move(ref));
-    return Status::Ok();
-  };
-  for (size_t i = 0; i < n_layers; ++i) {
-    LayerWeights& lw = layers_[i];
-    Group* g = &groups_[i];
-    const std::string p = "layer " + std::to_string(i) + " ";
-    Status st = Status::Ok();
-    ForEachSpineMatrix(lw, [&](SpineMatrix& m, const char* name) {
-      if (st.ok()) st = add(g, &m, p + name);
-    });
-    DF_RETURN_IF_ERROR(st);
+    const auto f = static_cast<size_t>(e.file);
+    if (file_of[f] < 0) {
+      DF_ASSIGN_OR_RETURN(DirectFile file, DirectFile::Open(w.SpineFilePath(e.file), o.read_mode));
+      if (file.mode() != ReadMode::kDirect) read_mode_ = file.mode();
+      file_of[f] = static_cast<int>(files_.size());
+      files_.push_back(std::move(file));
+    }
+    ref.file = file_of[f];
+    ref.offset = e.offset;
+    ref.bytes = e.bytes;
+    ref.int8 = e.row_int8;
+    Group& g = e.layer < 0 ? groups_.back() : groups_[static_cast<size_t>(e.layer)];
+    g.matrices.push_back(std::move(ref));
   }
-  DF_RETURN_IF_ERROR(add(&groups_.back(), &lm_head_, "lm_head"));
 
   // Extents and chunks: sort by place on disk, merge neighbours, lay out in slot order.
   for (Group& g : groups_) {

@@ -11,7 +11,9 @@
 // larger than the cache evicts every page just before it is needed again, and each page read
 // through the cache under a memory limit also pays for a reclaim.
 //
-// A group's matrices are read as few extents as the shard layout allows: matrices adjacent in
+// Where each matrix is on disk comes from the byte map (ModelWeights::spine_map, spine_map.h):
+// its file, offset and bytes, the shard's or the row-int8 file's. A group's matrices are read as
+// few extents as the shard layout allows: matrices adjacent in
 // one file (gaps up to kMaxGap, read along) become one extent, cut into chunks of kChunkBytes
 // that the engine's IoScheduler (weights/io_scheduler.h) reads in queue order, after the current
 // layer's expert misses and before the router lookahead's guesses. Slot layout, per group:

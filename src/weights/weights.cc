@@ -53,10 +53,13 @@ Status AuditExpertScales(const ModelConfig& c, const ExpertLayout& layout, const
 
 namespace {
 
-// Looks tensors up by roster name and checks dtype and shape; the first failure is kept.
+// Looks tensors up by roster name and checks dtype and shape; the first failure is kept. With a
+// byte map, every spine tensor bound appends its row (`layer`: -1 for the global tensors).
 class Binder {
  public:
-  explicit Binder(const Checkpoint& ckpt) : ckpt_(ckpt) {}
+  explicit Binder(const Checkpoint& ckpt, std::vector<SpineTensorEntry>* map = nullptr,
+                  int64_t layer = -1)
+      : ckpt_(ckpt), map_(map), layer_(layer) {}
 
   Status Bind(const std::vector<TensorSpec>& specs) {
     for (const auto& spec : specs) {
@@ -75,6 +78,12 @@ class Binder {
                              ShapeString(spec.shape));
       }
       views_[spec.name] = ckpt_.View(*rec);
+      if (map_ != nullptr && spec.role != SpineRole::kNone) {
+        AppendSpineEntries({spec}, layer_, false, map_);
+        map_->back().file = rec->shard;
+        map_->back().offset = rec->file_offset;
+        map_->back().bytes = rec->entry.end - rec->entry.begin;
+      }
     }
     return Status::Ok();
   }
@@ -83,6 +92,8 @@ class Binder {
 
  private:
   const Checkpoint& ckpt_;
+  std::vector<SpineTensorEntry>* map_;
+  int64_t layer_;
   std::unordered_map<std::string, TensorView> views_;
 };
 
@@ -202,8 +213,9 @@ Status BindExperts(const ModelConfig& c, const Checkpoint& ckpt, int64_t layer,
 }
 
 Status BindLayer(const ModelConfig& c, const Checkpoint& ckpt, int64_t layer,
-                 const ExpertLayout& layout, const BindOptions& options, LayerWeights* lw) {
-  Binder b(ckpt);
+                 const ExpertLayout& layout, const BindOptions& options, LayerWeights* lw,
+                 std::vector<SpineTensorEntry>* map) {
+  Binder b(ckpt, map, layer);
   DF_RETURN_IF_ERROR(b.Bind(LayerTensorSpecs(c, layer)));
   auto t = [&](const std::string& suffix) -> const TensorView& {
     return b.Get(LayerTensorName(layer, suffix));
@@ -240,6 +252,20 @@ Status BindLayer(const ModelConfig& c, const Checkpoint& ckpt, int64_t layer,
 
 }  // namespace
 
+SpineMatrix* LayerMatrix(LayerWeights* lw, SpineRole role) {
+  SpineMatrix* found = nullptr;
+  ForEachSpineMatrix(*lw, [&](SpineMatrix& m, SpineRole r) {
+    if (r == role) found = &m;
+  });
+  return found;
+}
+
+const std::string& ModelWeights::SpineFilePath(int file) const {
+  const auto shards = checkpoint.shard_paths().size();
+  const auto f = static_cast<size_t>(file);
+  return f < shards ? checkpoint.shard_paths()[f] : int8_files[f - shards].path();
+}
+
 Result<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& model_dir,
                                                          const BindOptions& options) {
   DF_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
@@ -255,7 +281,7 @@ Result<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& mode
   const ModelConfig& c = w->config;
   w->expert_layout = ExpertLayout::For(c);
 
-  Binder b(w->checkpoint);
+  Binder b(w->checkpoint, &w->spine_map);
   DF_RETURN_IF_ERROR(b.Bind(GlobalTensorSpecs(c)));
   w->embed_tokens =
       reinterpret_cast<const uint16_t*>(b.Get("language_model.model.embed_tokens.weight").data);
@@ -267,7 +293,7 @@ Result<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& mode
   w->layers.resize(static_cast<size_t>(c.num_hidden_layers));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     DF_RETURN_IF_ERROR(BindLayer(c, w->checkpoint, i, w->expert_layout, options,
-                                 &w->layers[static_cast<size_t>(i)]));
+                                 &w->layers[static_cast<size_t>(i)], &w->spine_map));
   }
   return w;
 }

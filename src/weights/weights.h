@@ -5,7 +5,8 @@
 // bytes, widened on the fly by the kernels); small vectors (norm weights, AttnRes pseudo-queries)
 // are widened to fp32 once here. Routed experts are recorded as the start of their contiguous
 // span: the six tensors of one expert must sit back to back in roster order, which is what lets an
-// expert be one positional read (docs/MODEL.md §2.8).
+// expert be one positional read (docs/MODEL.md §2.8). Binding also writes the spine byte map
+// (spine_map.h): where each spine tensor's bytes are, for everything that reads them from disk.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,8 @@
 #include "format/checkpoint.h"
 #include "io/mapped_file.h"
 #include "weights/config.h"
+#include "weights/spine_map.h"
+#include "weights/tensor_roster.h"
 
 namespace deltafin {
 
@@ -99,45 +102,50 @@ struct LayerWeights {
   MoeWeights moe;
 };
 
-// Calls fn(matrix, name) for every spine matrix of one decoder layer — attention, the dense FFN or
-// the shared experts, then the router and latent projections of a MoE layer — in this fixed
-// order. The one list of a layer's matrices: the spine ring, the page-in and the ring's layer
-// copies all walk it, so a matrix added to LayerWeights is added here once. `Layer` is
-// LayerWeights or const LayerWeights; names are the tensors' suffixes ("kda.q_proj").
+// Calls fn(matrix, role) for every spine matrix of one decoder layer — attention, the dense FFN
+// or the shared experts, then the router and latent projections of a MoE layer — in this fixed
+// order: the tensors of IsSpineMatrixRole (tensor_roster.h) that the layer has. The one list of
+// a layer's matrices: the spine ring, the page-in and the ring's layer copies all walk it, so a
+// matrix added to LayerWeights is added here once. `Layer` is LayerWeights or const LayerWeights.
 template <typename Layer, typename Fn>
 void ForEachSpineMatrix(Layer& lw, Fn&& fn) {
+  using R = SpineRole;
   if (lw.kind == AttentionKind::kKda) {
     auto& k = lw.kda;
-    fn(k.q_proj, "kda.q_proj");
-    fn(k.k_proj, "kda.k_proj");
-    fn(k.v_proj, "kda.v_proj");
-    fn(k.f_a_proj, "kda.f_a_proj");
-    fn(k.f_b_proj, "kda.f_b_proj");
-    fn(k.b_proj, "kda.b_proj");
-    fn(k.g_proj, "kda.g_proj");
-    fn(k.o_proj, "kda.o_proj");
+    fn(k.q_proj, R::kKdaQ);
+    fn(k.k_proj, R::kKdaK);
+    fn(k.v_proj, R::kKdaV);
+    fn(k.f_a_proj, R::kKdaFA);
+    fn(k.f_b_proj, R::kKdaFB);
+    fn(k.b_proj, R::kKdaB);
+    fn(k.g_proj, R::kKdaG);
+    fn(k.o_proj, R::kKdaO);
   } else {
     auto& a = lw.mla;
-    fn(a.q_a_proj, "mla.q_a_proj");
-    fn(a.q_b_proj, "mla.q_b_proj");
-    fn(a.kv_a_proj, "mla.kv_a_proj");
-    fn(a.kv_b_proj, "mla.kv_b_proj");
-    fn(a.g_proj, "mla.g_proj");
-    fn(a.o_proj, "mla.o_proj");
+    fn(a.q_a_proj, R::kMlaQA);
+    fn(a.q_b_proj, R::kMlaQB);
+    fn(a.kv_a_proj, R::kMlaKvA);
+    fn(a.kv_b_proj, R::kMlaKvB);
+    fn(a.g_proj, R::kMlaG);
+    fn(a.o_proj, R::kMlaO);
   }
   if (lw.is_moe) {
-    fn(lw.moe.shared.gate_proj, "shared_experts.gate_proj");
-    fn(lw.moe.shared.up_proj, "shared_experts.up_proj");
-    fn(lw.moe.shared.down_proj, "shared_experts.down_proj");
-    fn(lw.moe.router, "router");
-    fn(lw.moe.latent_down, "routed_expert_down_proj");
-    fn(lw.moe.latent_up, "routed_expert_up_proj");
+    fn(lw.moe.shared.gate_proj, R::kSharedGate);
+    fn(lw.moe.shared.up_proj, R::kSharedUp);
+    fn(lw.moe.shared.down_proj, R::kSharedDown);
+    fn(lw.moe.router, R::kRouter);
+    fn(lw.moe.latent_down, R::kLatentDown);
+    fn(lw.moe.latent_up, R::kLatentUp);
   } else {
-    fn(lw.dense.gate_proj, "mlp.gate_proj");
-    fn(lw.dense.up_proj, "mlp.up_proj");
-    fn(lw.dense.down_proj, "mlp.down_proj");
+    fn(lw.dense.gate_proj, R::kDenseGate);
+    fn(lw.dense.up_proj, R::kDenseUp);
+    fn(lw.dense.down_proj, R::kDenseDown);
   }
 }
+
+// The layer's matrix of `role`, or null when the layer has none (another attention kind, or a
+// role that is not a spine matrix).
+SpineMatrix* LayerMatrix(LayerWeights* lw, SpineRole role);
 
 struct BindOptions {
   // Check every MXFP4 scale byte lies in [2, 252]. Reads all scale bytes, so it is a choice.
@@ -153,6 +161,9 @@ struct ModelWeights {
   AlignedBuffer<float> tail_res_query;     // [H] output_attn_res_norm ⊙ output_attn_res_proj
   SpineMatrix lm_head;                     // [vocab, H]
   std::vector<LayerWeights> layers;
+  // The spine byte map (spine_map.h): one row per spine tensor, global tensors first, then layer
+  // by layer in roster order; written at binding, re-aimed by AttachSpineInt8.
+  std::vector<SpineTensorEntry> spine_map;
   // Row-int8 spine (weights/spine_int8.h): the mapped .i8 files and the widened row scales that the
   // matrices' q / q_scales point into. Empty in BF16 mode.
   std::vector<MappedFile> int8_files;
@@ -160,6 +171,10 @@ struct ModelWeights {
 
   static Result<std::unique_ptr<ModelWeights>> Load(const std::string& model_dir,
                                                     const BindOptions& options);
+  // The file a byte-map row's `file` names: checkpoint shard `file`, or past the shards the
+  // row-int8 file int8_files[file - shards].
+  const std::string& SpineFilePath(int file) const;
+  size_t num_spine_files() const { return checkpoint.shards().size() + int8_files.size(); }
   // The same with the model's config.json already parsed (callers that needed it first).
   static Result<std::unique_ptr<ModelWeights>> Load(const std::string& model_dir,
                                                     ModelConfig config, const BindOptions& options);

@@ -1,7 +1,8 @@
 // End to end through the binary: `deltafin plan` (docs/PLAN.md). On the tiny model it measures
 // this machine (--quick) and writes JSON whose scenarios carry `bench decode`'s names with a
 // prediction, the bytes read and the bound; `--k3` plans the real K3 from a stated profile and
-// from a probe file it removes afterwards; bad input (no model, a missing folder, a bad
+// from a probe file it removes afterwards, and writes no other file; bad input (no model, a missing
+// folder, a bad
 // --mem-limit or profile) is a one-line error with the usage exit code 2.
 #include <gtest/gtest.h>
 
@@ -165,6 +166,23 @@ TEST_F(PlanTest, K3StatedSecondDrive) {
   EXPECT_TRUE(compared);
   auto bad = RunCli("plan --k3 --profile m1-max --drive-gbps 0");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
+}
+
+// --k3 plans from a config made in memory: with a stated profile it writes nothing but --json,
+// so it runs where no temporary folder can be made (TMPDIR names no folder) and leaves the
+// current folder as it was.
+TEST_F(PlanTest, K3WritesNoFiles) {
+  ScopedTempDir cwd;
+  const std::string no_tmp = cwd.Join("no-such-tmp");
+  auto r = RunShell("cd " + ShellQuote(cwd.path()) + " && TMPDIR=" + ShellQuote(no_tmp) +
+                    " timeout 60 " + ShellQuote(DF_BINARY) + " plan --k3 --profile m1-max --json " +
+                    Path("nofiles.json") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::is_empty(cwd.path())) << "plan --k3 wrote into the current folder";
+  const json j = ReadJson("nofiles.json");
+  ExpectScenarios(j, false);
+  // Speculation is implemented (docs/SPECULATION.md); the plan states only its assumptions.
+  EXPECT_FALSE(j["speculation"].contains("implemented")) << j["speculation"].dump();
 }
 
 TEST_F(PlanTest, K3ProbeFileIsRemoved) {

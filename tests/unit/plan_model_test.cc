@@ -1,16 +1,13 @@
 // The planner's arithmetic (src/cli/plan_model.h): for a stated profile and workload every
 // prediction is the formula of docs/PLAN.md, worked out here by hand; and the real K3's decode
-// workload, computed by Engine::Plan from the config `plan --k3` makes, equals the spec's byte
-// accounting. Deterministic: nothing is timed or read from disk but one temporary config.json.
+// workload, computed by Engine::Shape from the config `plan --k3` makes (in memory), equals the
+// spec's byte accounting. Deterministic: nothing is timed, read from disk or written.
 #include "cli/plan_model.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 
 #include "deltafin/engine.h"
 #include "modelgen/make_model.h"
@@ -219,18 +216,11 @@ TEST(PlanModelTest, PrefillReadsEachWavesDistinctExpertsOnce) {
 TEST(PlanModelTest, K3WorkloadFromConfigMatchesSpec) {
   auto text = PresetConfigJson("bench", K3ConfigOverrides());
   ASSERT_TRUE(text.ok()) << text.status().message();
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("plan_model_test_" + std::to_string(::getpid())))
-          .string();
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/config.json") << *text;
+  // The shape needs no folder and no memory budget.
   EngineOptions o;
-  o.model_dir = dir;
-  o.mem_limit = 1ull << 50;
-  auto bf16 = Engine::Plan(o);
+  auto bf16 = Engine::Shape(o, *text);
   o.spine_int8 = true;
-  auto int8 = Engine::Plan(o);
-  std::filesystem::remove_all(dir);
+  auto int8 = Engine::Shape(o, *text);
   ASSERT_TRUE(bf16.ok()) << bf16.status().message();
   ASSERT_TRUE(int8.ok()) << int8.status().message();
   EXPECT_EQ(bf16->hidden_size, 7168);
