@@ -379,7 +379,8 @@ TEST_F(SetupTest, DriveInstallKilledAnywhereResumesAndAChangedByteIsCaught) {
   // A byte of an expert changed in transit: the shard's whole-file hash catches it, its copies
   // are forgotten, and a rerun fetches them again.
   const fs::path c = dir_ / "c", d3 = dir_ / "drive3";
-  SetRules({{{"port", "cdn"},
+  SetRules({{{"id", "drive-install-corrupt"},  // rules count their firings by id for the suite
+             {"port", "cdn"},
              {"path", "model-00003-of-000009.safetensors"},
              {"action", "corrupt"},
              {"at", 1000000}}});
