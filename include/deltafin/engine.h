@@ -46,7 +46,7 @@ struct EngineOptions {
   enum class Experts { kAuto, kMapped, kStreamed };
   Experts experts = Experts::kAuto;
   uint64_t expert_cache_bytes = 0;  // streamed experts: RAM cache size; 0 = what the plan leaves
-  int io_threads = 8;               // concurrent expert reads (the disk queue depth)
+  int io_threads = 8;               // concurrent reads per drive (each drive's queue depth)
   bool direct_io = true;            // O_DIRECT / F_NOCACHE expert and spine reads
   // A spine that does not fit in RAM: how many layers ahead of the one computing are read
   // (the ring holds spine_readahead + 1 layers; 0 reads each layer when it is needed).

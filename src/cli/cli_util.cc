@@ -153,8 +153,8 @@ void ModelFlags::Add(CLI::App* cmd) {
   cmd->add_option("--expert-cache", expert_cache,
                   "Streamed experts: RAM cache size, e.g. 2G (default: what the budget leaves)");
   cmd->add_option("--io-threads", io_threads,
-                  "Streamed experts and spine: concurrent reads, shared by both (the disk queue "
-                  "depth)")
+                  "Streamed experts and spine: concurrent reads per drive, shared by both (the "
+                  "disk queue depth; a spread model's drives have one each)")
       ->check(IntRange(1, 64));
   cmd->add_option("--io", io, "Streamed experts: direct (O_DIRECT / F_NOCACHE) or buffered reads")
       ->check(OneOf({"direct", "buffered"}));

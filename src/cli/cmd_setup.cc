@@ -23,6 +23,11 @@ Endpoint and auth: HF_ENDPOINT (default https://huggingface.co); the token is th
 --token, HF_TOKEN, $HF_TOKEN_PATH, $HF_HOME/token, ~/.cache/huggingface/token. The resolved commit
 is recorded in DIR/.deltafin/manifest.json and every later fetch asks for that commit.
 
+Several drives: --drive DIR (repeatable) [--copies N] downloads each routed expert once and writes
+it to N of the drive folders (round-robin), in the sparse shard files and placement file that
+`deltafin spread` makes; the spine stays in --model-dir, whose expert shards hold only their header
+and spine bytes. A rerun without --drive resumes onto the drives the install recorded.
+
 Interrupted runs resume: rerun the same command (also after kill -9 or a full disk). A finished
 install makes it a no-op. An endpoint that cannot be reached fails at once and leaves no folder
 behind that setup created.)";
@@ -54,6 +59,12 @@ void RegisterSetup(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--skip-space-check", o->skip_space_check,
                 "Download even when the free disk looks too small");
+  cmd->add_option("--drive", o->drives,
+                  "Put the routed experts in this folder on another drive instead of the model "
+                  "folder (repeatable; a full install; docs/STREAMING.md \"Several drives\")");
+  cmd->add_option("--copies", o->copies, "With --drive: copies of each expert over the drives")
+      ->check(IntRange(1, 31))
+      ->capture_default_str();
   cmd->footer(kSetupFooter);
   cmd->callback([o, full, stream, exit_code] {
     o->mode = *full ? "full" : *stream ? "stream" : "auto";

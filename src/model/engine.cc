@@ -404,10 +404,18 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& plain_options)
   if (options.spine_int8) {
     DF_RETURN_IF_ERROR(AttachSpineInt8(options.model_dir, impl->weights.get()));
   }
-  // One pool for every streamed read, spine and experts alike. The memory plan streams the spine
-  // only with streamed experts, so this is exactly when there is anything to stream.
+  // The experts' reader first: a spread model's drives are the scheduler's lanes.
+  std::unique_ptr<ExpertSpanReader> reader;
+  if (plan.memory.experts_streamed) {
+    DF_ASSIGN_OR_RETURN(reader, OpenExpertReader(*impl->weights, options.model_dir,
+                                                 options.direct_io, &impl->drives));
+  }
+  // One pool for every streamed read, spine and experts alike, with io_threads reads in flight on
+  // each drive. The memory plan streams the spine only with streamed experts, so this is exactly
+  // when there is anything to stream.
   if (plan.memory.experts_streamed || !plan.memory.spine_resident) {
-    impl->io_scheduler = std::make_unique<IoScheduler>(options.io_threads);
+    impl->io_scheduler =
+        std::make_unique<IoScheduler>(options.io_threads, reader ? reader->Drives() : 1);
   }
   if (plan.memory.experts_streamed) {
     if (plan.memory.spine_resident) {
@@ -422,8 +430,6 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& plain_options)
       SpinePages pages(*impl->weights, options.io_threads);
       for (int64_t g = 0; g <= pages.tail_group(); ++g) pages.MakeResident(g);
     }
-    DF_ASSIGN_OR_RETURN(auto reader, OpenExpertReader(*impl->weights, options.model_dir,
-                                                      options.direct_io, &impl->drives));
     ExpertStreamOptions so;
     so.cache_bytes = plan.memory.expert_cache_bytes;
     so.io_threads = options.io_threads;

@@ -19,13 +19,18 @@
 
 #include "base/byte_size.h"
 #include "base/log.h"
+#include "io/sha256.h"
 #include "net/hf_hub.h"
 #include "setup/crash_point.h"
 #include "setup/downloader.h"
+#include "setup/drive_copies.h"
+#include "setup/hash.h"
 #include "setup/manifest.h"
 #include "setup/progress.h"
 #include "setup/shard_layout.h"
 #include "setup/stream_store.h"
+#include "weights/config.h"
+#include "weights/placement.h"
 
 namespace deltafin::setup {
 
@@ -174,7 +179,9 @@ struct Plan {
 };
 
 bool Settled(const std::string& dir, const ManifestFile& f) {
-  return (f.state == "complete" || f.state == "verified" || f.state == "sparse") && InPlace(dir, f);
+  return (f.state == "complete" || f.state == "verified" || f.state == "sparse" ||
+          f.state == "placed") &&
+         InPlace(dir, f);
 }
 
 // No network: which repository and revision, and whether an existing install allows them.
@@ -232,6 +239,29 @@ Status RunPreflight(const SetupOptions& o, Preflight* p, CreatedDirs* created) {
   return Status::Ok();
 }
 
+// Free space each drive keeps beyond the copies (as spread).
+constexpr uint64_t kDriveReserveBytes = 64ull << 20;
+
+// setup --drive, before anything is downloaded: the folders are usable drives and, on a first
+// run, can hold the copies asked for (a resumed run checks again, counting the copies it made,
+// before the experts' phase).
+Status CheckDriveSpace(const SetupOptions& o, const Plan& plan) {
+  const std::string& dir = o.model_dir;
+  Placement p;
+  std::vector<std::string> warnings;
+  DF_ASSIGN_OR_RETURN(std::vector<int> given, AddDrives(dir, o.drives, &p, &warnings));
+  if (std::filesystem::exists(PlacementPath(dir))) return Status::Ok();
+  // Every expert of the planned shards, in any order (no copy exists yet).
+  std::vector<std::optional<ExpertPlace>> where;
+  uint64_t headers = 0;
+  for (const auto& [name, layout] : plan.layouts) {
+    headers += (layout.header.size() + 4095) / 4096 * 4096;
+    for (const auto& x : layout.experts) where.emplace_back(ExpertPlace{0, x.offset, x.bytes});
+  }
+  p.copies.assign(where.size(), 0);
+  return AssignCopies(p, where, given, o.copies, headers, kDriveReserveBytes).status();
+}
+
 // Plan: the mode (auto: full when the free disk covers the model), the shard headers, the bytes
 // still to download against the free disk; saves the manifest.
 Result<Plan> MakePlan(const SetupOptions& o, const Preflight& p) {
@@ -242,6 +272,9 @@ Result<Plan> MakePlan(const SetupOptions& o, const Preflight& p) {
   m.repo = p.repo;
   m.revision = p.revision;
   m.commit = p.info.commit;
+  m.drives = o.drives;
+  m.copies = o.drives.empty() ? 0 : o.copies;
+  const bool drives = !o.drives.empty();
   uint64_t full_bytes = 0;
   for (const auto& f : p.info.files) {
     ManifestFile mf{f.path, f.size, f.sha256, f.blob_id, "planned"};
@@ -299,9 +332,12 @@ Result<Plan> MakePlan(const SetupOptions& o, const Preflight& p) {
     }
   }
   m.mode = mode;
-  DF_RETURN_IF_ERROR(fetch_layouts(mode == "stream"));
-  plan.need = still_needed(mode == "stream");
-  const uint64_t margin = SpaceMargin(mode == "stream" ? plan.need : full_bytes);
+  // With drives the model folder holds what a stream install does: the experts go to the drives.
+  const bool sparse = mode == "stream" || drives;
+  DF_RETURN_IF_ERROR(fetch_layouts(sparse));
+  plan.need = still_needed(sparse);
+  if (drives) DF_RETURN_IF_ERROR(CheckDriveSpace(o, plan));
+  const uint64_t margin = SpaceMargin(sparse ? plan.need : full_bytes);
   if (!o.skip_space_check && free_bytes < plan.need + margin) {
     return Status::Error("setup: not enough disk space on " + dir + " for a " + mode +
                          " install: " + std::to_string(free_bytes) + " bytes (" +
@@ -313,6 +349,185 @@ Result<Plan> MakePlan(const SetupOptions& o, const Preflight& p) {
   }
   DF_RETURN_IF_ERROR(m.Save(dir));
   return plan;
+}
+
+// setup --drive, once every shard is in place (expert shards sparse): downloads each expert once
+// and writes it to its drives (setup/drive_copies.h), shards `--jobs` at a time; each shard is
+// then hashed whole against its LFS sha256 and marked "placed".
+Status PlaceExperts(const SetupOptions& o, const Preflight& pf, Plan& plan) {
+  const std::string& dir = o.model_dir;
+  Manifest& m = plan.manifest;
+  DF_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
+  DF_ASSIGN_OR_RETURN(PlacementModel identity, DescribePlacementModel(dir));
+  DF_ASSIGN_OR_RETURN(std::optional<Placement> loaded, LoadPlacement(dir, identity));
+  const int64_t L = config.num_hidden_layers, E = config.num_experts;
+  Placement p;
+  if (loaded) {
+    p = std::move(*loaded);
+  } else {
+    p.model = identity;
+    p.num_layers = L;
+    p.num_experts = E;
+    p.copies.assign(static_cast<size_t>(L * E), 0);  // the model folder holds none
+    p.sha256.assign(static_cast<size_t>(L * E), "");
+  }
+  if (p.num_layers != L || p.num_experts != E) {
+    return Status::Error("placement " + PlacementPath(dir) +
+                         " does not match config.json's layers and experts; remove it");
+  }
+  // Every shard's layout from its local header (all are in place), experts keyed like p.
+  std::vector<ShardLayout> layouts;
+  std::vector<std::optional<ExpertPlace>> where(static_cast<size_t>(L * E));
+  std::vector<CopyWriter::ShardFile> shard_files;
+  uint64_t headers = 0;
+  for (const auto& sh : identity.shards) {
+    const std::string path = (fs::path(dir) / sh.name).string();
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::Error("cannot open " + path + ": " + std::strerror(errno));
+    auto layout = ReadLocalLayout(fd, sh.size, path);
+    ::close(fd);
+    if (!layout.ok()) return layout.status();
+    for (const auto& x : layout->experts) {
+      if (x.layer < 0 || x.layer >= L || x.expert < 0 || x.expert >= E) {
+        return Status::Error(path + ": expert tensor of layer " + std::to_string(x.layer) +
+                             " expert " + std::to_string(x.expert) +
+                             " outside config.json's shape");
+      }
+      where[static_cast<size_t>(x.layer * E + x.expert)] =
+          ExpertPlace{static_cast<int>(layouts.size()), x.offset, x.bytes};
+    }
+    headers += (layout->header.size() + 4095) / 4096 * 4096;
+    shard_files.push_back({sh.name, layout->file_size, layout->header});
+    layouts.push_back(std::move(*layout));
+  }
+  std::vector<std::string> warnings;
+  DF_ASSIGN_OR_RETURN(std::vector<int> given, AddDrives(dir, m.drives, &p, &warnings));
+  DF_ASSIGN_OR_RETURN(auto jobs,
+                      AssignCopies(p, where, given, m.copies, headers, kDriveReserveBytes));
+  std::vector<uint32_t> want(where.size(), 0);  // drive bits still to write, per expert
+  uint64_t to_fetch = 0;
+  for (const auto& [key, drive] : jobs) {
+    if (want[key] == 0) to_fetch += where[key]->bytes;
+    want[key] |= 1u << drive;
+  }
+  CopyWriter writer(dir, &p, std::move(shard_files));
+  std::mutex mu;  // writer, p, m
+  Progress progress("download (experts to " + std::to_string(given.size()) + " drive" +
+                        (given.size() == 1 ? "" : "s") + ")",
+                    to_fetch);
+
+  auto place_shard = [&](int s) -> Status {
+    const std::string& name = identity.shards[static_cast<size_t>(s)].name;
+    const ShardLayout& layout = layouts[static_cast<size_t>(s)];
+    const std::string path = (fs::path(dir) / name).string();
+    const std::string url = net::ResolveUrl(pf.endpoint, pf.repo, m.commit, name);
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::Error("cannot open " + path + ": " + std::strerror(errno));
+    struct Closer {
+      int fd;
+      ~Closer() { ::close(fd); }
+    } closer{fd};
+    // The whole file in order: spine ranges from the model folder, experts as downloaded (or,
+    // recorded by an earlier run, read back from a drive that holds them).
+    Hasher whole(Hasher::Kind::kSha256, layout.file_size);
+    std::vector<uint8_t> buf;
+    size_t r = 0, x = 0;
+    while (r < layout.resident.size() || x < layout.experts.size()) {
+      if (x == layout.experts.size() ||
+          (r < layout.resident.size() && layout.resident[r].first < layout.experts[x].offset)) {
+        const auto [begin, end] = layout.resident[r++];
+        for (uint64_t at = begin; at < end;) {
+          const uint64_t n = std::min<uint64_t>(end - at, 8ull << 20);
+          buf.resize(n);
+          DF_RETURN_IF_ERROR(PreadAll(fd, buf.data(), n, at, path));
+          whole.Update(buf.data(), n);
+          at += n;
+        }
+        continue;
+      }
+      const ExpertSpan& span = layout.experts[x++];
+      const auto key = static_cast<size_t>(span.layer * E + span.expert);
+      const ExpertPlace& at = *where[key];
+      buf.resize(at.bytes);
+      uint32_t todo = 0, have = 0;
+      std::string recorded;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        todo = want[key] & ~p.copies[key];
+        have = p.copies[key] & ~1u;
+        recorded = p.sha256[key];
+      }
+      bool fetched = false;
+      if (todo == 0 && have != 0) {
+        const int d = __builtin_ctz(have);
+        const std::string copy = p.drives[static_cast<size_t>(d - 1)] + "/" + name;
+        const int cfd = ::open(copy.c_str(), O_RDONLY | O_CLOEXEC);
+        if (cfd < 0) return Status::Error("cannot open " + copy + ": " + std::strerror(errno));
+        const Status read = PreadAll(cfd, buf.data(), at.bytes, at.offset, copy);
+        ::close(cfd);
+        DF_RETURN_IF_ERROR(read);
+        if (Sha256Hex(buf.data(), buf.size()) != recorded) {
+          return Status::Error(copy + ": the recorded copy of layer " + std::to_string(span.layer) +
+                               " expert " + std::to_string(span.expert) +
+                               " reads back differently from when it was written: the drive is "
+                               "failing");
+        }
+      } else {
+        auto sink = [&](const uint8_t* d, size_t n, uint64_t off) -> Status {
+          if (off + n > at.bytes) return Status::Error(url + ": more bytes than asked for");
+          std::memcpy(buf.data() + off, d, n);
+          return Status::Ok();
+        };
+        DF_RETURN_IF_ERROR(pf.client->GetRange(url, at.offset, at.bytes, sink, "", nullptr,
+                                               [&](uint64_t d) { progress.Add(d); }));
+        fetched = true;
+      }
+      whole.Update(buf.data(), buf.size());
+      if (fetched) {
+        const std::string sha = Sha256Hex(buf.data(), buf.size());
+        std::lock_guard<std::mutex> lock(mu);
+        for (uint32_t bits = todo; bits != 0; bits &= bits - 1) {
+          DF_RETURN_IF_ERROR(writer.Write(key, __builtin_ctz(bits), at, buf.data(), sha));
+        }
+        if (writer.pending() >= kCopyBatchExperts || writer.pending_bytes() >= kCopyBatchBytes) {
+          DF_RETURN_IF_ERROR(writer.Commit());
+        }
+      }
+    }
+    const std::string digest = whole.HexDigest();
+    std::lock_guard<std::mutex> lock(mu);
+    if (writer.pending() > 0) DF_RETURN_IF_ERROR(writer.Commit());
+    ManifestFile* f = m.Find(name);
+    if (f != nullptr && !f->sha256.empty() && digest != f->sha256) {
+      // Forget the shard's copies: a rerun downloads them again.
+      for (const auto& span : layout.experts) {
+        const auto key = static_cast<size_t>(span.layer * E + span.expert);
+        p.copies[key] = 0;
+        p.sha256[key].clear();
+      }
+      DF_RETURN_IF_ERROR(SavePlacement(dir, p));
+      return Status::Error(path +
+                           ": sha256 mismatch of the whole file, read from the model folder "
+                           "and the drives (got " +
+                           digest + ", the repository lists " + f->sha256 +
+                           "); its experts' copies are forgotten: run setup again");
+    }
+    if (f != nullptr) f->state = "placed";
+    return m.Save(dir);
+  };
+  std::vector<int> todo;
+  for (size_t s = 0; s < identity.shards.size(); ++s) {
+    const ManifestFile* f = m.Find(identity.shards[s].name);
+    if (!layouts[s].experts.empty() && (f == nullptr || f->state != "placed")) {
+      todo.push_back(static_cast<int>(s));
+    }
+  }
+  DF_RETURN_IF_ERROR(Parallel(todo.size(), o.jobs, [&](size_t i) { return place_shard(todo[i]); }));
+  progress.Finish();
+  // A model whose shards were all placed by an earlier run still gets its placement file.
+  if (!loaded && todo.empty()) DF_RETURN_IF_ERROR(SavePlacement(dir, p));
+  for (const auto& w : warnings) LogInfo("setup: " + w);
+  return Status::Ok();
 }
 
 // Transfer: metadata files one by one, then shards `--jobs` at a time, spine first; the manifest
@@ -332,7 +547,8 @@ Status Transfer(const SetupOptions& o, const Preflight& p, Plan& plan) {
   };
   std::stable_sort(shards.begin(), shards.end(),
                    [&](size_t a, size_t b) { return !has_experts(a) && has_experts(b); });
-  Progress progress(m.mode == "full" ? "download" : "download (spine)", plan.need);
+  const bool drives = !m.drives.empty();
+  Progress progress(m.mode == "full" && !drives ? "download" : "download (spine)", plan.need);
   std::mutex manifest_mu;
   auto fetch = [&](size_t i) -> Status {
     ManifestFile& f = m.files[i];
@@ -343,7 +559,7 @@ Status Transfer(const SetupOptions& o, const Preflight& p, Plan& plan) {
     // A shard with experts in a stream install is sparse, also when an earlier run renamed it
     // into place but stopped before recording that (the experts' bytes are then fetched again).
     const bool sparse =
-        m.mode == "stream" && it != plan.layouts.end() && !it->second.experts.empty();
+        (m.mode == "stream" || drives) && it != plan.layouts.end() && !it->second.experts.empty();
     std::string state = "complete";
     if (sparse) {
       state = "sparse";
@@ -362,6 +578,7 @@ Status Transfer(const SetupOptions& o, const Preflight& p, Plan& plan) {
   for (size_t i : metadata) DF_RETURN_IF_ERROR(fetch(i));
   DF_RETURN_IF_ERROR(Parallel(shards.size(), o.jobs, [&](size_t k) { return fetch(shards[k]); }));
   progress.Finish();
+  if (drives) DF_RETURN_IF_ERROR(PlaceExperts(o, p, plan));
   if (m.mode == "stream" && !p.token.token.empty() && p.token.source == "--token") {
     DF_RETURN_IF_ERROR(
         WriteFileDurably((fs::path(StateDir(dir)) / "token").string(), p.token.token + "\n", 0600));
@@ -376,10 +593,34 @@ Status Transfer(const SetupOptions& o, const Preflight& p, Plan& plan) {
 
 }  // namespace
 
-Status RunSetup(const SetupOptions& o) {
+Status RunSetup(const SetupOptions& options) {
+  SetupOptions o = options;
   const std::string& dir = o.model_dir;
   Preflight p;
   DF_RETURN_IF_ERROR(ResolveRequest(o, &p));
+  // --drive: a full install whose experts go to the drives; a rerun without --drive resumes onto
+  // the drives the unfinished install recorded.
+  if (o.drives.empty() && p.existing && !p.existing->complete && !p.existing->drives.empty()) {
+    o.drives = p.existing->drives;
+    o.copies = p.existing->copies;
+  }
+  if (!o.drives.empty()) {
+    if (o.copies < 1) return Status::Error("--copies must be at least 1");
+    if (o.mode == "stream" || (p.existing && p.existing->mode == "stream")) {
+      return Status::Error(
+          "--drive places every expert on the drives as setup downloads it, which is a full "
+          "install; a stream install fetches experts on first use into the model folder (install "
+          "without --stream, or spread a stream install with `deltafin spread` after "
+          "`deltafin fetch-experts-all`)");
+    }
+    if (p.existing && p.existing->mode == "full" && p.existing->drives.empty() &&
+        !p.existing->complete) {
+      return Status::Error(dir +
+                           ": an unfinished full install without --drive is in this folder; "
+                           "finish it without --drive, then `deltafin spread` its experts");
+    }
+    o.mode = "full";
+  }
   // A finished install: nothing to do (no network), unless a stream install is asked to be full.
   if (p.existing && p.existing->complete) {
     bool all_there = true;

@@ -9,10 +9,21 @@
 // resident bytes), then the rest. Everything is resumable: rerunning the same command continues
 // where the last run stopped (also after kill -9, docs/RELIABILITY.md), and on a finished install
 // does nothing.
+//
+// --drive DIR (repeatable) [--copies N]: a full install whose routed experts go to the drive
+// folders instead of the model folder (issue 35, docs/STREAMING.md "Several drives"). The model
+// folder gets every spine shard whole and each shard with experts as a sparse file of its header
+// and spine bytes; then each expert is downloaded once and written to N of the drives (round-
+// robin), in the drive files and placement file `deltafin spread` makes, under its rule (a copy is
+// recorded only once read back right, setup/drive_copies.h). Each shard is then hashed as a whole
+// (spine bytes from the model folder, expert bytes as downloaded or, on a resumed run, read back
+// from a drive) against its LFS sha256; a mismatch forgets the shard's copies. The drives are
+// recorded in the manifest, so a rerun without --drive resumes onto the same ones.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -28,6 +39,8 @@ struct SetupOptions {
   int jobs = 4;             // files downloaded at once
   int max_connections = 8;  // HTTP connections
   int max_attempts = 6;     // per HTTP request before giving up (net::HttpOptions::max_attempts)
+  std::vector<std::string> drives;  // place the routed experts on these folders (full mode)
+  int copies = 1;                   // copies of each expert over `drives`
 };
 
 Status RunSetup(const SetupOptions& options);

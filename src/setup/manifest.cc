@@ -54,6 +54,10 @@ Result<std::optional<Manifest>> Manifest::Load(const std::string& model_dir) {
       mf.state = f.at("state").get<std::string>();
       m.files.push_back(std::move(mf));
     }
+    if (j.contains("drives")) {
+      m.drives = j.at("drives").get<std::vector<std::string>>();
+      m.copies = j.at("copies").get<int>();
+    }
   } catch (const nlohmann::json::exception& e) {
     return bad(std::string("missing or mistyped field: ") + e.what());
   }
@@ -69,14 +73,18 @@ Status Manifest::Save(const std::string& model_dir) const {
     if (!f.blob_id.empty()) jf["blob_id"] = f.blob_id;
     jfiles.push_back(std::move(jf));
   }
-  const nlohmann::json j = {{"format", "deltafin-install/1"},
-                            {"mode", mode},
-                            {"complete", complete},
-                            {"endpoint", endpoint},
-                            {"repo", repo},
-                            {"revision", revision},
-                            {"commit", commit},
-                            {"files", jfiles}};
+  nlohmann::json j = {{"format", "deltafin-install/1"},
+                      {"mode", mode},
+                      {"complete", complete},
+                      {"endpoint", endpoint},
+                      {"repo", repo},
+                      {"revision", revision},
+                      {"commit", commit},
+                      {"files", jfiles}};
+  if (!drives.empty()) {
+    j["drives"] = drives;
+    j["copies"] = copies;
+  }
   std::error_code ec;
   fs::create_directories(StateDir(model_dir), ec);
   return WriteFileDurably(ManifestPath(model_dir), j.dump(1) + "\n");

@@ -16,6 +16,11 @@
 //               "verified"}]}
 //   "complete" is set only after every file reached its final state; "sparse" shards become
 //   "verified" once every expert is present and the whole file matches its LFS sha256.
+//   A full install made with `setup --drive` also records "drives": [folders] and "copies": N;
+//   its shards with routed experts go "sparse" (header and spine downloaded, experts holes) and
+//   then "placed": every expert is on the drives recorded in DIR/.deltafin/placement.json
+//   (weights/placement.h) and the whole file, read from the model folder and the drives, matched
+//   its LFS sha256.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +38,7 @@ struct ManifestFile {
   uint64_t size = 0;
   std::string sha256;
   std::string blob_id;
-  std::string state = "planned";  // planned | complete | sparse | verified
+  std::string state = "planned";  // planned | complete | sparse | verified | placed
 };
 
 struct Manifest {
@@ -41,6 +46,8 @@ struct Manifest {
   bool complete = false;
   std::string endpoint, repo, revision, commit;
   std::vector<ManifestFile> files;
+  std::vector<std::string> drives;  // setup --drive: the drive folders experts are placed on
+  int copies = 0;                   // and how many copies of each (0: no drives)
 
   // nullopt when DIR has no manifest (a plain snapshot folder or a fresh directory).
   static Result<std::optional<Manifest>> Load(const std::string& model_dir);

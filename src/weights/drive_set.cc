@@ -122,8 +122,59 @@ uint64_t DriveSetReader::DiskBytes(int /*shard*/, uint64_t offset, uint64_t leng
 
 const char* DriveSetReader::ModeName() const { return buffered_ ? "buffered" : "direct"; }
 
+int DriveSetReader::BestLocked(int32_t key, uint64_t bytes, uint32_t allowed) const {
+  const uint32_t bits = copies_[static_cast<size_t>(key)] & allowed;
+  int best = -1;
+  double best_cost = 0;
+  for (size_t d = 0; d < drives_.size(); ++d) {
+    const Drive& drive = drives_[d];
+    if ((bits & (1u << d)) == 0 || drive.bad) continue;
+    const double cost = static_cast<double>(drive.inflight_bytes + bytes) / drive.bandwidth;
+    if (best < 0 || cost < best_cost) {
+      best = static_cast<int>(d);
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+void DriveSetReader::ReserveLocked(Drive& d, uint64_t bytes) {
+  if (d.inflight++ == 0) d.busy_since = std::chrono::steady_clock::now();
+  d.inflight_bytes += bytes;
+}
+
+void DriveSetReader::ReleaseLocked(Drive& d, uint64_t bytes) {
+  d.inflight_bytes -= bytes;
+  if (--d.inflight == 0) {
+    d.busy_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - d.busy_since).count();
+  }
+}
+
+int DriveSetReader::Choose(int shard, uint64_t offset, uint64_t length, uint32_t free_drives) {
+  const int32_t key = Key(shard, offset);
+  if (key < 0) return 0;  // ReadOn reports it
+  const uint64_t bytes = DiskBytes(shard, offset, length);
+  std::lock_guard<std::mutex> lock(mu_);
+  int best = BestLocked(key, bytes, free_drives);
+  if (best < 0) {
+    if (BestLocked(key, bytes, ~0u) >= 0) return -1;  // its good drives are all full: wait
+    // No good copy left: any drive holding one, for ReadOn to report.
+    const uint32_t bits = copies_[static_cast<size_t>(key)];
+    best = bits == 0 ? 0 : __builtin_ctz(bits);
+  }
+  ReserveLocked(drives_[static_cast<size_t>(best)], bytes);
+  return best;
+}
+
 Result<const uint8_t*> DriveSetReader::Read(int shard, uint64_t offset, uint64_t length,
                                             uint8_t* buffer, size_t capacity) {
+  const int drive = Choose(shard, offset, length, ~0u);
+  return ReadOn(drive, shard, offset, length, buffer, capacity);
+}
+
+Result<const uint8_t*> DriveSetReader::ReadOn(int drive, int shard, uint64_t offset,
+                                              uint64_t length, uint8_t* buffer, size_t capacity) {
   const int32_t key = Key(shard, offset);
   if (key < 0) {
     return Status::Error("internal: no expert of " + ShardPath(shard) + " at offset " +
@@ -132,71 +183,61 @@ Result<const uint8_t*> DriveSetReader::Read(int shard, uint64_t offset, uint64_t
   const uint64_t bytes = DiskBytes(shard, offset, length);
   std::string failures;  // this read's failures (appended only when a drive fails)
   uint32_t failed_here = 0;
+  std::unique_lock<std::mutex> lock(mu_);
+  int best = drive;  // reserved by Choose, or below
   for (;;) {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint32_t bits = copies_[static_cast<size_t>(key)];
-    int best = -1;
-    double best_cost = 0;
-    for (size_t d = 0; d < drives_.size(); ++d) {
-      const Drive& drive = drives_[d];
-      if ((bits & (1u << d)) == 0 || drive.bad) continue;
-      const double cost = static_cast<double>(drive.inflight_bytes + bytes) / drive.bandwidth;
-      if (best < 0 || cost < best_cost) {
-        best = static_cast<int>(d);
-        best_cost = cost;
+    Drive& d = drives_[static_cast<size_t>(best)];
+    if (!d.bad) {
+      const DirectFile& file = d.files[static_cast<size_t>(shard)];
+      lock.unlock();
+      auto data = file.ReadSpan(offset, length, buffer, capacity);
+      lock.lock();
+      ReleaseLocked(d, bytes);
+      if (data.ok()) {
+        const auto now = std::chrono::steady_clock::now();
+        d.bytes_read += bytes;
+        d.reads += 1;
+        d.window_bytes += bytes;
+        const double busy = BusyNowLocked(d, now);
+        const double window = busy - d.window_start_busy;
+        if (window >= kWindowSeconds) {
+          const double rate = static_cast<double>(d.window_bytes) / window;
+          // The first full window replaces the assumed rate; later ones are averaged in.
+          d.bandwidth = d.window_start_busy == 0 ? rate : 0.5 * d.bandwidth + 0.5 * rate;
+          d.window_bytes = 0;
+          d.window_start_busy = busy;
+        } else if (d.window_start_busy == 0 && busy >= 0.02) {
+          // Before the first full window: what the drive delivered so far.
+          d.bandwidth = static_cast<double>(d.window_bytes) / busy;
+        }
+        return data;
       }
+      failed_here |= 1u << best;
+      failures +=
+          (failures.empty() ? "" : "; ") + ("drive " + d.path + ": " + data.status().message());
+      if (!d.bad) {
+        d.bad = true;
+        d.error = data.status().message();
+        LogWarn("drive " + d.path + " failed a read (" + data.status().message() +
+                "); it is not used for the rest of the run");
+      }
+    } else {
+      ReleaseLocked(d, bytes);  // went bad before this read started
     }
+    best = BestLocked(key, bytes, ~0u);
     if (best < 0) {
       // Every drive holding a copy failed: this read's failures first, then drives that failed an
       // earlier read (with that read's error, which names its own offset).
-      for (size_t d = 0; d < drives_.size(); ++d) {
-        if ((bits & (1u << d)) == 0 || (failed_here & (1u << d)) != 0) continue;
+      const uint32_t bits = copies_[static_cast<size_t>(key)];
+      for (size_t i = 0; i < drives_.size(); ++i) {
+        if ((bits & (1u << i)) == 0 || (failed_here & (1u << i)) != 0) continue;
         failures +=
             (failures.empty() ? "" : "; ") +
-            ("drive " + drives_[d].path + " failed an earlier read (" + drives_[d].error + ")");
+            ("drive " + drives_[i].path + " failed an earlier read (" + drives_[i].error + ")");
       }
       return Status::Error("no readable copy left: " + failures);
     }
-    Drive& drive = drives_[static_cast<size_t>(best)];
-    auto start = std::chrono::steady_clock::now();
-    if (drive.inflight++ == 0) drive.busy_since = start;
-    drive.inflight_bytes += bytes;
-    const DirectFile& file = drive.files[static_cast<size_t>(shard)];
-    lock.unlock();
-    auto data = file.ReadSpan(offset, length, buffer, capacity);
-    lock.lock();
-    const auto now = std::chrono::steady_clock::now();
-    drive.inflight_bytes -= bytes;
-    if (--drive.inflight == 0) {
-      drive.busy_seconds += std::chrono::duration<double>(now - drive.busy_since).count();
-    }
-    if (data.ok()) {
-      drive.bytes_read += bytes;
-      drive.reads += 1;
-      drive.window_bytes += bytes;
-      const double busy = BusyNowLocked(drive, now);
-      const double window = busy - drive.window_start_busy;
-      if (window >= kWindowSeconds) {
-        const double rate = static_cast<double>(drive.window_bytes) / window;
-        // The first full window replaces the assumed rate; later ones are averaged in.
-        drive.bandwidth = drive.window_start_busy == 0 ? rate : 0.5 * drive.bandwidth + 0.5 * rate;
-        drive.window_bytes = 0;
-        drive.window_start_busy = busy;
-      } else if (drive.window_start_busy == 0 && busy >= 0.02) {
-        // Before the first full window: what the drive delivered so far.
-        drive.bandwidth = static_cast<double>(drive.window_bytes) / busy;
-      }
-      return data;
-    }
-    failed_here |= 1u << best;
-    failures +=
-        (failures.empty() ? "" : "; ") + ("drive " + drive.path + ": " + data.status().message());
-    if (!drive.bad) {
-      drive.bad = true;
-      drive.error = data.status().message();
-      LogWarn("drive " + drive.path + " failed a read (" + data.status().message() +
-              "); it is not used for the rest of the run");
-    }
+    ReserveLocked(drives_[static_cast<size_t>(best)], bytes);
   }
 }
 

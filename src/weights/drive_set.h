@@ -9,8 +9,10 @@
 // average every 0.25 s of busy time, so a drive twice as fast ends up with about twice the bytes
 // in flight and a slow or busy drive is used in proportion to what it delivers. All drives start
 // at the same assumed rate; the first few reads correct it. The reads run on the engine's
-// IoScheduler threads (shared by every drive); what a drive has "queued" is what those threads
-// have in flight on it.
+// IoScheduler, where each drive is a lane with its own queue depth (--io-threads reads in flight
+// per drive): the streamer asks Choose for a drive among those with room when it hands a read to
+// a thread, so reads whose copies are on a stalled drive wait without holding up reads that can
+// go to another drive.
 //
 // A drive that fails a read is marked bad for the rest of the run (one warning) and the expert is
 // read from another copy; with none left the read fails with an error naming the drive, the file
@@ -43,8 +45,18 @@ class DriveSetReader final : public ExpertSpanReader {
                                                       const std::string& model_dir,
                                                       const Placement& placement, bool direct);
 
+  // Choose among every drive, then ReadOn (tools and probes that read outside the scheduler).
   Result<const uint8_t*> Read(int shard, uint64_t offset, uint64_t length, uint8_t* buffer,
                               size_t capacity) override;
+  int Drives() const override { return static_cast<int>(drives_.size()); }
+  // The drive of the copy expected to finish first among `free_drives`, counted in flight there;
+  // -1 when every good drive holding a copy is full. With no good copy left it returns a drive
+  // holding one anyway, so ReadOn reports the failure.
+  int Choose(int shard, uint64_t offset, uint64_t length, uint32_t free_drives) override;
+  // Reads from `drive` (chosen by Choose); if that drive fails or failed meanwhile, from another
+  // copy at once, whatever its queue depth.
+  Result<const uint8_t*> ReadOn(int drive, int shard, uint64_t offset, uint64_t length,
+                                uint8_t* buffer, size_t capacity) override;
   std::string ShardPath(int shard) const override {
     return shard_paths_[static_cast<size_t>(shard)];
   }
@@ -72,6 +84,11 @@ class DriveSetReader final : public ExpertSpanReader {
   DriveSetReader() = default;
   int32_t Key(int shard, uint64_t offset) const;  // layer * E + expert, -1 if unknown
   double BusyNowLocked(const Drive& d, std::chrono::steady_clock::time_point now) const;
+  // The good drive holding a copy of `key` (of `bytes`) expected to finish first among `allowed`;
+  // -1 if none.
+  int BestLocked(int32_t key, uint64_t bytes, uint32_t allowed) const;
+  void ReserveLocked(Drive& d, uint64_t bytes);  // one more read in flight on d
+  void ReleaseLocked(Drive& d, uint64_t bytes);
 
   std::vector<std::string> shard_paths_;            // the model folder's shard files
   std::vector<std::pair<uint64_t, int32_t>> keys_;  // (shard << 40 | offset, key), sorted

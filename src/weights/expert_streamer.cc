@@ -88,6 +88,11 @@ Result<std::unique_ptr<ExpertStreamer>> ExpertStreamer::Create(
                          std::to_string(c.num_experts_per_token) + " routing and " +
                          std::to_string(options.io_threads) + " I/O threads)");
   }
+  const int drives = reader->Drives();
+  if (scheduler != nullptr && scheduler->lanes() < drives) {
+    return Status::Error("internal: the I/O scheduler has " + std::to_string(scheduler->lanes()) +
+                         " lanes for " + std::to_string(drives) + " drives");
+  }
   std::unique_ptr<ExpertStreamer> s(new ExpertStreamer(weights, options, std::move(reader)));
   const auto keys = static_cast<size_t>(c.num_hidden_layers * c.num_experts);
   s->location_shard_.assign(keys, -1);
@@ -130,7 +135,7 @@ Result<std::unique_ptr<ExpertStreamer>> ExpertStreamer::Create(
     s->slots_[i].buffer = s->arena_ + i * slot_bytes;
     s->free_.push_back(static_cast<int32_t>(n_slots - 1 - i));
   }
-  s->io_.Attach(s.get(), scheduler, options.io_threads);
+  s->io_.Attach(s.get(), scheduler, options.io_threads, drives);
   return s;
 }
 
@@ -338,15 +343,39 @@ void ExpertStreamer::Prefetch(int64_t layer, std::span<const int32_t> experts,
 }
 
 bool ExpertStreamer::Take(IoPriority priority, int64_t* ticket) {
+  int lane = 0;
+  return TakeOnLane(priority, 1u, ticket, &lane);
+}
+
+bool ExpertStreamer::TakeOnLane(IoPriority priority, uint32_t free_lanes, int64_t* ticket,
+                                int* lane) {
   if (priority == IoPriority::kSpine) return false;
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<int32_t>& q = priority == IoPriority::kExpertDemand ? demand_q_ : prefetch_q_;
-  if (q.empty()) return false;
-  const int32_t s = q.front();
-  q.erase(q.begin());
-  slots_[static_cast<size_t>(s)].state = SlotState::kReading;
-  *ticket = s;
-  return true;
+  const bool guess = priority == IoPriority::kExpertGuess;
+  // The slots allow for io_threads guesses in flight besides the queued ones (MinSlots).
+  if (guess && guesses_reading_ >= options_.io_threads) return false;
+  std::vector<int32_t>& q = guess ? prefetch_q_ : demand_q_;
+  // The oldest read whose bytes are on a drive with room: one waiting for a full drive does not
+  // hold up those behind it that go elsewhere.
+  for (size_t i = 0; i < q.size(); ++i) {
+    const int32_t s = q[i];
+    Slot& x = slots_[static_cast<size_t>(s)];
+    const auto key = static_cast<size_t>(x.key);
+    const int drive =
+        reader_->Choose(location_shard_[key], location_offset_[key], layout_.bytes, free_lanes);
+    if (drive < 0) continue;
+    q.erase(q.begin() + static_cast<std::ptrdiff_t>(i));
+    x.state = SlotState::kReading;
+    x.drive = drive;
+    if (guess) {
+      x.guess_reading = true;
+      ++guesses_reading_;
+    }
+    *ticket = s;
+    *lane = drive;
+    return true;
+  }
+  return false;
 }
 
 void ExpertStreamer::Run(int64_t ticket) {
@@ -355,14 +384,18 @@ void ExpertStreamer::Run(int64_t ticket) {
   const int32_t key = x.key;  // fixed while the slot is kReading
   const int shard = location_shard_[static_cast<size_t>(key)];
   const uint64_t offset = location_offset_[static_cast<size_t>(key)];
-  auto data = reader_->Read(shard, offset, layout_.bytes, x.buffer,
-                            static_cast<size_t>(SlotBytes(w_.config)));
+  auto data = reader_->ReadOn(x.drive, shard, offset, layout_.bytes, x.buffer,
+                              static_cast<size_t>(SlotBytes(w_.config)));
   Status status = data.ok() ? Status::Ok() : data.status();
   const int64_t layer = key / num_experts_, expert = key % num_experts_;
   if (status.ok() && options_.verify_scales) {
     status = AuditExpertScales(w_.config, layout_, *data, layer, expert);
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (x.guess_reading) {
+    x.guess_reading = false;
+    --guesses_reading_;
+  }
   if (status.ok()) {
     x.data = *data;
     x.state = SlotState::kReady;

@@ -44,6 +44,21 @@ class ExpertSpanReader {
   // Returns the address of the first span byte inside `buffer` (see DirectFile::ReadSpan).
   virtual Result<const uint8_t*> Read(int shard, uint64_t offset, uint64_t length, uint8_t* buffer,
                                       size_t capacity) = 0;
+  // The drives reads go to (one unless the model is spread, weights/drive_set.h); each is a lane
+  // of the IoScheduler with its own queue depth.
+  virtual int Drives() const { return 1; }
+  // Chooses the drive of a read among `free_drives` (bit d: drive d may take another read) and
+  // counts the read as in flight there until ReadOn ends; -1 when no drive holding the bytes has
+  // room. Called with the streamer's mutex held; must not block on a read.
+  virtual int Choose(int /*shard*/, uint64_t /*offset*/, uint64_t /*length*/,
+                     uint32_t free_drives) {
+    return (free_drives & 1u) != 0 ? 0 : -1;
+  }
+  // Read() on the drive Choose returned (another copy's drive if that one fails).
+  virtual Result<const uint8_t*> ReadOn(int /*drive*/, int shard, uint64_t offset, uint64_t length,
+                                        uint8_t* buffer, size_t capacity) {
+    return Read(shard, offset, length, buffer, capacity);
+  }
   virtual std::string ShardPath(int shard) const = 0;
   // Bytes the device transfers for such a read (direct reads cover whole aligned blocks).
   virtual uint64_t DiskBytes(int shard, uint64_t offset, uint64_t length) const = 0;
@@ -56,7 +71,7 @@ Result<std::unique_ptr<ExpertSpanReader>> OpenShardSpanReader(const ModelWeights
 
 struct ExpertStreamOptions {
   uint64_t cache_bytes = 0;   // RAM for slots; at least MinCacheBytes()
-  int io_threads = 8;         // concurrent reads (the disk queue depth)
+  int io_threads = 8;         // concurrent reads per drive (each drive's queue depth)
   bool verify_scales = true;  // check every scale byte of every expert read lies in [2, 252]
 };
 
@@ -73,8 +88,10 @@ class ExpertStreamer final : public ExpertSource, private IoQueue {
     return static_cast<uint64_t>(MinSlots(c, io_threads)) * SlotBytes(c);
   }
 
-  // Reads run on `scheduler` (not owned; it must outlive the streamer) or, when null, on a
-  // scheduler of options.io_threads threads of the streamer's own.
+  // Reads run on `scheduler` (not owned; it must outlive the streamer; a lane for each of the
+  // reader's drives) or, when null, on a scheduler of the streamer's own with options.io_threads
+  // reads in flight on each of the reader's drives. Guesses in flight stay at most io_threads in
+  // all (the slot count allows for that many, MinSlots).
   static Result<std::unique_ptr<ExpertStreamer>> Create(const ModelWeights& weights,
                                                         const ExpertStreamOptions& options,
                                                         std::unique_ptr<ExpertSpanReader> reader,
@@ -110,7 +127,9 @@ class ExpertStreamer final : public ExpertSource, private IoQueue {
     int32_t key = -1;               // layer * num_experts + expert, -1 when free
     SlotState state = SlotState::kFree;
     bool pinned = false;
-    bool prefetched = false;  // loaded by a guess and not used yet
+    bool prefetched = false;     // loaded by a guess and not used yet
+    bool guess_reading = false;  // taken from the guess queue and still being read
+    int drive = 0;               // where the read in flight goes (ExpertSpanReader::Choose)
     int32_t lru_prev = -1, lru_next = -1;
     std::string error;
   };
@@ -118,6 +137,7 @@ class ExpertStreamer final : public ExpertSource, private IoQueue {
   ExpertStreamer(const ModelWeights& weights, const ExpertStreamOptions& options,
                  std::unique_ptr<ExpertSpanReader> reader);
   bool Take(IoPriority priority, int64_t* ticket) override;  // IoQueue
+  bool TakeOnLane(IoPriority priority, uint32_t free_lanes, int64_t* ticket, int* lane) override;
   void Run(int64_t ticket) override;
   int32_t TakeSlotLocked(bool for_prefetch);  // a free or evicted slot; -1 if none
   void DropLocked(int32_t s);                 // back to the free list
@@ -143,6 +163,7 @@ class ExpertStreamer final : public ExpertSource, private IoQueue {
   std::condition_variable done_cv_;  // the forward pass waits for slots
   std::vector<int32_t> free_;        // free slot indices
   std::vector<int32_t> demand_q_, prefetch_q_;
+  int guesses_reading_ = 0;                // slots with guess_reading set
   int32_t lru_head_ = -1, lru_tail_ = -1;  // unpinned ready/failed slots, head = oldest
   std::vector<int32_t> current_;           // slots of the current Begin, in order
   std::vector<uint8_t> consumed_;          // [current_.size()] returned by WaitAny

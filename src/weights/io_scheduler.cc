@@ -6,8 +6,9 @@
 
 namespace deltafin {
 
-IoScheduler::IoScheduler(int threads) {
-  const int n = std::clamp(threads, 1, kMaxThreads);
+IoScheduler::IoScheduler(int depth, int lanes)
+    : depth_(std::clamp(depth, 1, kMaxThreads)), lanes_(std::clamp(lanes, 1, kMaxLanes)) {
+  const int n = std::min(depth_ * lanes_, kMaxThreads);
   threads_.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) threads_.emplace_back([this] { Loop(); });
 }
@@ -55,15 +56,25 @@ void IoScheduler::Notify() {
   work_.notify_all();
 }
 
+uint32_t IoScheduler::FreeLanesLocked() const {
+  uint32_t free = 0;
+  for (int l = 0; l < lanes_; ++l) free |= in_flight_[l] < depth_ ? (1u << l) : 0u;
+  return free;
+}
+
 void IoScheduler::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (stop_) return;
     int chosen = -1;
     int64_t ticket = 0;
-    for (int p = 0; p < kIoPriorities && chosen < 0; ++p) {
+    int lane = 0;
+    // A full lane is not offered; the thread that ends one of its reads looks again, so a read
+    // skipped for a full lane is taken as soon as the lane has room.
+    const uint32_t free = FreeLanesLocked();
+    for (int p = 0; p < kIoPriorities && chosen < 0 && free != 0; ++p) {
       for (int q = 0; q < num_queues_ && chosen < 0; ++q) {
-        if (queues_[q]->Take(static_cast<IoPriority>(p), &ticket)) chosen = q;
+        if (queues_[q]->TakeOnLane(static_cast<IoPriority>(p), free, &ticket, &lane)) chosen = q;
       }
     }
     if (chosen < 0) {
@@ -71,11 +82,15 @@ void IoScheduler::Loop() {
       work_.wait(lock, [&] { return stop_ || generation_ != seen; });
       continue;
     }
+    DF_CHECK(lane >= 0 && lane < lanes_ && (free & (1u << lane)) != 0,
+             "an I/O queue took a read for lane %d, which has no room", lane);
     IoQueue* queue = queues_[chosen];
     ++running_[chosen];
+    ++in_flight_[lane];
     lock.unlock();
     queue->Run(ticket);
     lock.lock();
+    --in_flight_[lane];
     // Detach may have moved the queue to another index meanwhile: find it again.
     int i = 0;
     while (queues_[i] != queue) ++i;
@@ -83,9 +98,9 @@ void IoScheduler::Loop() {
   }
 }
 
-void IoSchedulerLink::Attach(IoQueue* queue, IoScheduler* shared, int threads) {
+void IoSchedulerLink::Attach(IoQueue* queue, IoScheduler* shared, int depth, int lanes) {
   if (shared == nullptr) {
-    own_ = std::make_unique<IoScheduler>(threads);
+    own_ = std::make_unique<IoScheduler>(depth, lanes);
     shared = own_.get();
   }
   queue_ = queue;

@@ -12,6 +12,13 @@
 // arrives while every thread reads a 1 MiB spine chunk waits for the first of them to finish.
 // Neither Take nor Run allocates, so decode stays allocation-free.
 //
+// Lanes: each drive the model's bytes are read from (a spread model's drive folders, lane 0 the
+// model folder; docs/STREAMING.md "Several drives") is a lane with its own queue depth, the most
+// reads in flight on it. A queue is offered only the lanes with room and says which lane the read
+// it hands out goes to; the pool has a thread for every lane's full depth (up to kMaxThreads). So
+// a slow or stalled drive holds at most its own depth of threads, and reads that can go to another
+// drive are taken past the reads waiting for it, in the same priority order.
+//
 // Lock order: the scheduler's mutex, then a queue's own. A queue therefore calls Notify() only
 // with its own mutex released.
 #pragma once
@@ -35,6 +42,14 @@ class IoQueue {
   // (the queue's own identifier); false when there is none. Called with the scheduler's mutex
   // held: must not call back into the scheduler.
   virtual bool Take(IoPriority priority, int64_t* ticket) = 0;
+  // Like Take, for a read that goes to a lane with room: bit l of `free_lanes` is set when lane l
+  // may take another read; *lane names the lane the read goes to. Queues whose reads all go to
+  // one drive keep this default: lane 0.
+  virtual bool TakeOnLane(IoPriority priority, uint32_t free_lanes, int64_t* ticket, int* lane) {
+    if ((free_lanes & 1u) == 0) return false;
+    *lane = 0;
+    return Take(priority, ticket);
+  }
   // Performs the read taken as `ticket`, on a scheduler thread, with no scheduler lock held.
   virtual void Run(int64_t ticket) = 0;
 };
@@ -42,12 +57,16 @@ class IoQueue {
 class IoScheduler {
  public:
   static constexpr int kMaxThreads = 64;
-  explicit IoScheduler(int threads);
+  static constexpr int kMaxLanes = 32;  // the model folder and up to 31 drive folders
+  // `lanes` lanes of `depth` reads in flight each, on depth · lanes threads (at most kMaxThreads).
+  explicit IoScheduler(int depth, int lanes = 1);
   ~IoScheduler();  // stops the threads; every queue must be detached by then
   IoScheduler(const IoScheduler&) = delete;
   IoScheduler& operator=(const IoScheduler&) = delete;
 
   int threads() const { return static_cast<int>(threads_.size()); }
+  int lanes() const { return lanes_; }
+  int depth() const { return depth_; }
   // Adds a queue (at most kMaxQueues). Reads it queued before attaching are taken after the
   // next Notify.
   void Attach(IoQueue* queue);
@@ -60,7 +79,9 @@ class IoScheduler {
  private:
   static constexpr int kMaxQueues = 8;
   void Loop();
+  uint32_t FreeLanesLocked() const;
 
+  const int depth_, lanes_;
   std::mutex mu_;
   std::condition_variable work_;  // threads: generation_ moved on, or stop_
   std::condition_variable idle_;  // Detach: a queue's running count fell to zero
@@ -69,6 +90,7 @@ class IoScheduler {
   IoQueue* queues_[kMaxQueues] = {};
   int running_[kMaxQueues] = {};  // threads inside Run of each queue
   int num_queues_ = 0;
+  int in_flight_[kMaxLanes] = {};  // reads running on each lane
   std::vector<std::thread> threads_;
 };
 
@@ -76,8 +98,10 @@ class IoScheduler {
 // (tests, tools).
 class IoSchedulerLink {
  public:
-  // Attaches `queue` to `shared`, or when that is null to a new scheduler of `threads` threads.
-  void Attach(IoQueue* queue, IoScheduler* shared, int threads);
+  // Attaches `queue` to `shared`, or when that is null to a new scheduler of `lanes` lanes of
+  // `depth` reads each.
+  void Attach(IoQueue* queue, IoScheduler* shared, int depth, int lanes = 1);
+  IoScheduler* scheduler() const { return scheduler_; }
   // Detaches the queue, so no thread is inside its Take or Run any more, and stops a scheduler of
   // its own. The queue's destructor calls it before freeing what its reads write into.
   void Detach();

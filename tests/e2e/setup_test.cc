@@ -3,6 +3,7 @@
 // repository, LFS files redirected to a second "CDN" server, a fault-injecting proxy in front of
 // both; fixture and helpers in e2e/local_hub.h). No test reaches the internet. The fault campaign
 // (kill -9 points, corruption, full disk, 429/5xx, unreachable endpoint) is setup_faults_test.cc.
+// `setup --drive` (experts placed on drive folders as they download, issue 35) is tested here too.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -304,6 +305,120 @@ TEST_F(SetupTest, StreamInstallGeneratesTheSameTokensAsFullAndUpgradesToFull) {
   const std::string manifest = ReadAll(s / ".deltafin/manifest.json");
   EXPECT_NE(manifest.find("\"mode\": \"full\""), std::string::npos) << manifest;
   EXPECT_EQ(Generate(s), Generate(Model()));
+}
+
+// The logits of a fixed prompt through streamed experts, or the failed run's output.
+std::string DriveLogits(const fs::path& model, const fs::path& out, const std::string& extra = "") {
+  auto run = RunCli("logits --model " + ShellQuote(model.string()) +
+                    " --tokens 72,101,108,108,111 --experts streamed --expert-cache 1M " +
+                    "--io-threads 2 --out " + ShellQuote(out.string()) + " " + extra);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  return run.exit_code == 0 ? ReadAll(out) : run.output;
+}
+
+uint64_t AllocatedBytes(const fs::path& file) {
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+TEST_F(SetupTest, DriveInstallPlacesTheExpertsOnTheDrivesWithTheSameLogits) {
+  const fs::path m = dir_ / "m", d1 = dir_ / "drive1", d2 = dir_ / "drive2";
+  const std::string drives =
+      " --drive " + ShellQuote(d1.string()) + " --drive " + ShellQuote(d2.string());
+  auto run = Deltafin(SetupArgs("", m) + drives + " --copies 2");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // Every folder here is on one device: said, not refused.
+  EXPECT_NE(run.output.find("on the same device as"), std::string::npos) << run.output;
+  const std::string want = DriveLogits(Model(), dir_ / "plain.f32", "");
+  EXPECT_EQ(DriveLogits(m, dir_ / "drives.f32"), want);
+  // The model folder's expert shards hold their spine only; each drive holds every expert.
+  const std::string shard = "model-00003-of-000009.safetensors";
+  EXPECT_EQ(fs::file_size(m / shard), fs::file_size(Model() / shard));
+  EXPECT_LT(AllocatedBytes(m / shard), fs::file_size(Model() / shard) / 2);
+  EXPECT_GE(AllocatedBytes(d1 / shard), fs::file_size(Model() / shard) / 2);
+  const auto placement = ReadAll(m / ".deltafin/placement.json");
+  EXPECT_EQ(placement.rfind("deltafin-placement/1 sha256=", 0), 0u);
+  const std::string manifest = ReadAll(m / ".deltafin/manifest.json");
+  EXPECT_NE(manifest.find("\"placed\""), std::string::npos) << manifest;
+  EXPECT_NE(manifest.find("\"complete\": true"), std::string::npos) << manifest;
+  // spread accepts it (the placement validates) and finds nothing to copy.
+  auto spread = RunCli("spread --model " + ShellQuote(m.string()) + drives + " --copies 2");
+  ASSERT_EQ(spread.exit_code, 0) << spread.output;
+  EXPECT_NE(spread.output.find("0 copies made this run"), std::string::npos) << spread.output;
+  // A rerun does nothing; fetch-experts-all has nothing to fetch (the install is full).
+  const size_t before = ProxyLog().size();
+  run = Deltafin(SetupArgs("", m) + drives);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("nothing to do"), std::string::npos) << run.output;
+  run = Deltafin("fetch-experts-all --model-dir " + ShellQuote(m.string()));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(ProxyLog().size(), before);
+  // One drive gone: the other's copies serve, with a warning naming it.
+  fs::remove_all(d1);
+  EXPECT_EQ(DriveLogits(m, dir_ / "one-drive.f32"), want);
+}
+
+TEST_F(SetupTest, DriveInstallKilledAnywhereResumesAndAChangedByteIsCaught) {
+  const fs::path m = dir_ / "m", d1 = dir_ / "drive1", d2 = dir_ / "drive2";
+  const std::string drives =
+      " --drive " + ShellQuote(d1.string()) + " --drive " + ShellQuote(d2.string());
+  const std::string want = DriveLogits(Model(), dir_ / "plain.f32", "");
+  // kill -9 while copies are written, before and after a batch is recorded; each rerun goes on
+  // from there, the last without --drive (the manifest names the drives).
+  for (const char* point :
+       {"spread-after-write#40", "spread-before-save#1", "spread-after-save#2"}) {
+    auto killed = Deltafin(SetupArgs("", m) + drives, kToken, true,
+                           std::string("DELTAFIN_CRASH_AT=") + point);
+    EXPECT_EQ(killed.exit_code, 137) << point << ": " << killed.output;
+  }
+  auto run = Deltafin(SetupArgs("", m));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(DriveLogits(m, dir_ / "resumed.f32"), want);
+
+  // A byte of an expert changed in transit: the shard's whole-file hash catches it, its copies
+  // are forgotten, and a rerun fetches them again.
+  const fs::path c = dir_ / "c", d3 = dir_ / "drive3";
+  SetRules({{{"id", "drive-install-corrupt"},  // rules count their firings by id for the suite
+             {"port", "cdn"},
+             {"path", "model-00003-of-000009.safetensors"},
+             {"action", "corrupt"},
+             {"at", 1000000}}});
+  run = Deltafin(SetupArgs("", c) + " --drive " + ShellQuote(d3.string()));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("sha256 mismatch"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("copies are forgotten"), std::string::npos) << run.output;
+  run = Deltafin(SetupArgs("", c));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(DriveLogits(c, dir_ / "c.f32"), want);
+}
+
+TEST_F(SetupTest, DriveInstallRefusesBadDrivesBeforeDownloading) {
+  const fs::path m = dir_ / "m";
+  // --stream with --drive: the experts would land in the model folder on first use.
+  auto run = Deltafin(SetupArgs("--stream", m) + " --drive " + ShellQuote((dir_ / "d").string()));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("a full install"), std::string::npos) << run.output;
+  // A drive folder inside the model folder.
+  run = Deltafin(SetupArgs("", m) + " --drive " + ShellQuote((m / "inside").string()));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("inside it"), std::string::npos) << run.output;
+  EXPECT_FALSE(AnyDownloadedFile(m));
+  // A drive that cannot be created (below a regular file).
+  std::ofstream(dir_ / "file") << "x";
+  run = Deltafin(SetupArgs("", m) + " --drive " + ShellQuote((dir_ / "file" / "sub").string()));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("cannot create the drive folder"), std::string::npos) << run.output;
+  EXPECT_FALSE(AnyDownloadedFile(m));
+  // spread refuses a stream install (its experts are holes until fetched), with what to do.
+  const fs::path s = dir_ / "stream";
+  run = Deltafin(SetupArgs("--stream", s));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  run = Deltafin("spread --model " + ShellQuote(s.string()) + " --drive " +
+                 ShellQuote((dir_ / "d").string()));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("fetch-experts-all"), std::string::npos) << run.output;
+  EXPECT_FALSE(fs::exists(s / ".deltafin/placement.json"));
 }
 
 TEST_F(SetupTest, StreamFetchNeverMarksACorruptExpertPresent) {

@@ -2,7 +2,9 @@
 // moved onto drive folders give the same logits as the unspread model; a drive whose reads fail
 // is replaced by another copy (same output) or, with no copy left, the run ends with a one-line
 // error; a spread killed at any of its crash points, or at random instants, and run again ends
-// with a placement that reads right; bad input is refused with the reason. These folders share
+// with a placement that reads right; bad input is refused with the reason (a drive folder that
+// cannot be created or written, inside the model folder, a placement of another model); a drive
+// gone at load is skipped when its experts have other copies. These folders share
 // one device (the test's temporary directory): tools/spread_drives_test.sh runs the same on loop
 // devices of different, throttled speeds.
 #include <gtest/gtest.h>
@@ -163,6 +165,41 @@ TEST_F(SpreadTest, RefusesBadInput) {
   auto run = RunCli("run --model " + ShellQuote(model_) + " --prompt-ids 5 --max-new 1");
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_NE(run.output.find("was made for another model"), std::string::npos) << run.output;
+}
+
+TEST_F(SpreadTest, RefusesADriveFolderThatIsNotWritable) {
+  const std::string ro = Drive(1);
+  fs::create_directories(ro);
+  // chmod stops a user; root needs the immutable attribute (ext4, xfs, btrfs).
+  fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+  bool immutable = false;
+  if (::access(ro.c_str(), W_OK) == 0) {
+    immutable = RunShell("chattr +i " + ShellQuote(ro) + " 2>&1").exit_code == 0;
+  }
+  const std::string probe = ro + "/probe";
+  const bool writable = std::ofstream(probe).good();
+  fs::remove(probe);
+  if (writable) {
+    fs::permissions(ro, fs::perms::owner_all);
+    GTEST_SKIP() << "cannot make a folder unwritable here (root without chattr)";
+  }
+  auto r = Spread("--drive " + ro);
+  if (immutable) RunShell("chattr -i " + ShellQuote(ro));
+  fs::permissions(ro, fs::perms::owner_all);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("drive folder " + ro + " is not writable"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(model_ + "/.deltafin/placement.json"));
+}
+
+TEST_F(SpreadTest, ADriveMissingAtLoadIsSkippedWhenItsExpertsHaveOtherCopies) {
+  auto r = Spread("--drive " + Drive(1) + " --drive " + Drive(2) + " --copies 2 --move");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  fs::remove_all(Drive(1));
+  EXPECT_EQ(Logits("drive2-only.f32"), baseline_);
+  EXPECT_NE(last_output_.find("drive " + Drive(1) + " cannot be read"), std::string::npos)
+      << last_output_;
+  EXPECT_NE(last_output_.find("its copies are not used"), std::string::npos) << last_output_;
 }
 
 TEST_F(SpreadTest, HotTracePlacesTheUsedExpertsFirst) {

@@ -10,10 +10,12 @@
 // until released, so the order of events is fixed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -340,6 +342,117 @@ TEST_F(StreamerFixture, CacheHitsPrefetchHitsAndCancelledGuesses) {
   const uint64_t per = reader_->DiskBytes(0, Offset(1, 0), weights_->expert_layout.bytes);
   EXPECT_GE(stats.expert_bytes_read, 4 * weights_->expert_layout.bytes);
   EXPECT_LE(stats.expert_bytes_read, 4 * (per + 4096));
+}
+
+// A model spread over two drives, where drive 1 holds the odd experts and stalls until released:
+// each drive has its own queue depth on the scheduler (io_threads reads in flight per drive), so
+// the even experts, on drive 0, are read while the odd ones wait for drive 1.
+class TwoDriveReader : public ExpertSpanReader {
+ public:
+  TwoDriveReader(std::unique_ptr<ExpertSpanReader> inner, std::vector<uint64_t> slow_offsets)
+      : inner_(std::move(inner)), slow_(std::move(slow_offsets)) {}
+  int Drives() const override { return 2; }
+  int Choose(int /*shard*/, uint64_t offset, uint64_t /*length*/, uint32_t free) override {
+    const int d = std::find(slow_.begin(), slow_.end(), offset) != slow_.end() ? 1 : 0;
+    return (free & (1u << d)) != 0 ? d : -1;
+  }
+  Result<const uint8_t*> ReadOn(int drive, int shard, uint64_t offset, uint64_t length,
+                                uint8_t* buffer, size_t capacity) override {
+    if (drive == 1) {
+      slow_started.fetch_add(1);
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return released_; });
+    }
+    return inner_->Read(shard, offset, length, buffer, capacity);
+  }
+  Result<const uint8_t*> Read(int shard, uint64_t offset, uint64_t length, uint8_t* buffer,
+                              size_t capacity) override {
+    return ReadOn(Choose(shard, offset, length, 3u), shard, offset, length, buffer, capacity);
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      released_ = true;
+    }
+    cv_.notify_all();
+  }
+  bool released() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return released_;
+  }
+  std::string ShardPath(int shard) const override { return inner_->ShardPath(shard); }
+  uint64_t DiskBytes(int shard, uint64_t offset, uint64_t length) const override {
+    return inner_->DiskBytes(shard, offset, length);
+  }
+  const char* ModeName() const override { return inner_->ModeName(); }
+  std::atomic<int> slow_started{0};
+
+ private:
+  std::unique_ptr<ExpertSpanReader> inner_;
+  std::vector<uint64_t> slow_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;
+};
+
+TEST_F(StreamerFixture, AStalledDriveDoesNotHoldUpReadsOfAnother) {
+  constexpr int64_t kLayer = 1;
+  std::vector<uint64_t> slow;
+  for (int32_t e = 1; e < 8; e += 2) slow.push_back(Offset(kLayer, e));
+  auto inner = OpenShardSpanReader(*weights_, true);
+  ASSERT_TRUE(inner.ok()) << inner.status().message();
+  auto reader = std::make_unique<TwoDriveReader>(std::move(*inner), slow);
+  TwoDriveReader* two = reader.get();
+  ExpertStreamOptions so;
+  so.io_threads = 2;  // two reads in flight per drive
+  so.cache_bytes = 32 * ExpertStreamer::SlotBytes(weights_->config);
+  auto made = ExpertStreamer::Create(*weights_, so, std::move(reader));
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  ExpertStreamer& s = **made;
+  // Should the test fail, release the drive after a while so it ends instead of hanging.
+  std::thread watchdog([two] {
+    for (int i = 0; i < 500 && !two->released(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    two->Release();
+  });
+  struct Join {
+    std::thread& t;
+    TwoDriveReader* two;
+    ~Join() {
+      two->Release();
+      t.join();
+    }
+  } join{watchdog, two};
+  // The odd (stalled) experts first in the demand queue: with one pool of io_threads threads
+  // shared by both drives, both threads would wait on drive 1 and nothing would come back.
+  const std::vector<int32_t> experts = {1, 3, 5, 7, 0, 2, 4, 6};
+  SessionStats stats;
+  ASSERT_TRUE(s.Begin(kLayer, experts, &stats).ok());
+  const int shard = weights_->layers[kLayer].moe.expert_shard;
+  std::ifstream file(weights_->checkpoint.shard_paths()[static_cast<size_t>(shard)],
+                     std::ios::binary);
+  std::vector<char> want(weights_->expert_layout.bytes);
+  for (int i = 0; i < 4; ++i) {
+    auto ready = s.WaitAny(&stats);
+    ASSERT_TRUE(ready.ok()) << ready.status().message();
+    EXPECT_FALSE(two->released()) << "drive 0's reads waited for the stalled drive";
+    EXPECT_GE(ready->index, 4) << "a stalled drive's expert came back before its release";
+    // The bytes are the expert's own.
+    const int32_t e = experts[static_cast<size_t>(ready->index)];
+    file.seekg(static_cast<std::streamoff>(Offset(kLayer, e)));
+    ASSERT_TRUE(file.read(want.data(), static_cast<std::streamsize>(want.size())));
+    EXPECT_EQ(std::memcmp(ready->data, want.data(), want.size()), 0) << e;
+  }
+  // Drive 1 took only its own depth of reads.
+  EXPECT_EQ(two->slow_started.load(), 2);
+  two->Release();
+  for (int i = 0; i < 4; ++i) {
+    auto ready = s.WaitAny(&stats);
+    ASSERT_TRUE(ready.ok()) << ready.status().message();
+    EXPECT_LT(ready->index, 4);
+  }
+  s.End();
 }
 
 TEST_F(StreamerFixture, EveryLookaheadModeGivesTheMappedLogits) {

@@ -1,5 +1,6 @@
 // IoScheduler (weights/io_scheduler.h): reads are taken by priority across queues — expert
-// demand, then spine, then guesses — and Detach returns only once no thread runs the queue.
+// demand, then spine, then guesses — and Detach returns only once no thread runs the queue; each
+// lane (drive) has its own queue depth, so a stalled lane does not hold up another's reads.
 #include "weights/io_scheduler.h"
 
 #include <gtest/gtest.h>
@@ -132,6 +133,84 @@ TEST(IoScheduler, DetachWaitsForTheQueuesReadInFlight) {
   EXPECT_EQ(log.size(), 2u);  // "b read", then "gate"
   EXPECT_EQ(log.back(), "gate");
   scheduler.Detach(&b);
+}
+
+// Reads that each go to one lane; reads of a lane named in Stall() block until Open().
+class LaneQueue final : public IoQueue {
+ public:
+  void Add(int lane, std::string name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    queued_.emplace_back(lane, std::move(name));
+  }
+  bool Take(IoPriority p, int64_t* ticket) override {
+    int lane = 0;
+    return TakeOnLane(p, 1u, ticket, &lane);
+  }
+  bool TakeOnLane(IoPriority p, uint32_t free, int64_t* ticket, int* lane) override {
+    if (p != IoPriority::kExpertDemand) return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = queued_.begin(); it != queued_.end(); ++it) {
+      if ((free & (1u << it->first)) == 0) continue;
+      taken_.push_back(*it);
+      queued_.erase(it);
+      *ticket = static_cast<int64_t>(taken_.size()) - 1;
+      *lane = taken_.back().first;
+      return true;
+    }
+    return false;
+  }
+  void Run(int64_t ticket) override {
+    std::pair<int, std::string> read;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      read = taken_[static_cast<size_t>(ticket)];
+      started_.push_back(read.second);
+    }
+    if (read.first == stalled_lane_) {
+      while (!open_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    done_.push_back(read.second);
+  }
+  void Stall(int lane) { stalled_lane_ = lane; }
+  void Open() { open_ = true; }
+  std::vector<std::string> started() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return started_;
+  }
+  std::vector<std::string> done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::deque<std::pair<int, std::string>> queued_;
+  std::vector<std::pair<int, std::string>> taken_;
+  std::vector<std::string> started_, done_;
+  std::atomic<int> stalled_lane_{-1};
+  std::atomic<bool> open_{false};
+};
+
+TEST(IoScheduler, AStalledLaneHoldsOnlyItsOwnDepth) {
+  LaneQueue q;
+  IoScheduler scheduler(/*depth=*/2, /*lanes=*/2);
+  EXPECT_EQ(scheduler.threads(), 4);
+  scheduler.Attach(&q);
+  q.Stall(1);
+  // Lane 1's reads queue first; with one pool shared by both lanes they would take every thread.
+  for (int i = 0; i < 4; ++i) q.Add(1, "slow " + std::to_string(i));
+  for (int i = 0; i < 4; ++i) q.Add(0, "fast " + std::to_string(i));
+  scheduler.Notify();
+  WaitFor([&] { return q.done().size() == 4; });
+  for (const auto& name : q.done()) EXPECT_EQ(name.rfind("fast", 0), 0u) << name;
+  // Lane 1 has exactly its depth in flight; the other two wait for room on it.
+  int slow_started = 0;
+  for (const auto& name : q.started()) slow_started += name.rfind("slow", 0) == 0 ? 1 : 0;
+  EXPECT_EQ(slow_started, 2);
+  q.Open();
+  WaitFor([&] { return q.done().size() == 8; });
+  scheduler.Detach(&q);
 }
 
 }  // namespace
