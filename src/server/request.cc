@@ -1,4 +1,5 @@
-// Request-body parsing for the generation endpoints (see request.h for the policy).
+// The request model: body parsing for chat/completions, the three APIs' shared tool and
+// tool_choice parsers, prompt building (see request.h for the policy).
 #include "server/request.h"
 
 #include <algorithm>

@@ -1,6 +1,9 @@
-// Parsing and validation of /v1/chat/completions and /v1/completions request bodies, and turning
-// a parsed request into prompt token ids. Pure functions (no I/O, no engine), so they are unit
-// tested directly and fuzzed (tests/server/fuzz_request.cc).
+// The shared request model of the generation endpoints (docs/SERVER.md "One pipeline"): the
+// GenerationRequest every API's parser produces (chat/completions here, anthropic_api.h,
+// responses_api.h), the parsers of what the APIs spell differently but mean alike (tool
+// declarations, tool_choice, reasoning effort), the /v1/chat/completions and /v1/completions body
+// parser, and turning a request into prompt token ids. Pure functions (no I/O, no engine), so
+// they are unit tested directly and fuzzed (tests/server/fuzz_request.cc).
 //
 // Policy (docs/SERVER.md): unknown fields are ignored; known fields with the wrong type or an
 // out-of-range value get a 400 naming the field; fields whose meaning we cannot honour (n > 1,
