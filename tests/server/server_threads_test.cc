@@ -1,4 +1,4 @@
-// The server's threads together, in one process (labels unit and tsan): an HttpServer on the
+// The server's threads together, in one process (labels e2e and tsan): an HttpServer on the
 // golden tiny model answers concurrent clients of all three APIs — whole and streamed, a client
 // that leaves mid-stream, a Responses continuation, /metrics and /health polled throughout — so
 // the gate's epoll thread, the HTTP pool, the engine worker (scheduler.h), the prefix cache's disk

@@ -4,7 +4,7 @@
 df_test(server_unit_test LABEL unit tsan NO_CLI SOURCES server/server_unit_test.cc DEPS df_server)
 # The server's threads together in one process: all three APIs at once, a cancel, metrics polling
 # (the tsan preset runs it under ThreadSanitizer; docs/TESTING.md).
-df_test(server_threads_test LABEL unit tsan NO_CLI SOURCES server/server_threads_test.cc
+df_test(server_threads_test LABEL e2e tsan NO_CLI SOURCES server/server_threads_test.cc
         DEPS df_server)
 
 find_program(DF_NODE node)
