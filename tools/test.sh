@@ -4,8 +4,10 @@
 # the bounded fuzzers (tokenizer libFuzzer, the tokenizer's differential fuzzer against npm
 # tiktoken, the server's request parser), cross-builds the kernel tests for ARM64 and runs them
 # under qemu-aarch64, then builds the ASan+UBSan preset (only the targets of its tiers) and runs
-# the unit, golden and kernel tiers under the sanitizers. Ends with a table of stage durations
-# (docs/TESTING.md has the measured table and what runs beside what).
+# the unit, golden and kernel tiers under the sanitizers, and builds the TSan preset (only the
+# tsan tier's targets: the server's and scheduler's tests) and runs that tier under
+# ThreadSanitizer. Ends with a table of stage durations (docs/TESTING.md has the measured table
+# and what runs beside what).
 #
 # On two cores the single-threaded stages run side by side in two lanes: the two libFuzzer runs
 # together, then the differential fuzzer beside the ARM64 cross build and its qemu run. A lane's
@@ -116,4 +118,13 @@ if [[ "${DF_SKIP_ASAN:-0}" != 1 ]]; then
     bash -c "cmake --preset asan >/dev/null && cmake --build --preset asan -j $jobs \
       --target df_tier_unit df_tier_golden df_tier_kernels"
   stage "ASan+UBSan: ctest (unit, golden, kernels)" ctest --preset asan -j "$jobs"
+fi
+
+if [[ "${DF_SKIP_TSAN:-0}" != 1 ]]; then
+  # Only the tsan tier's targets (tests/CMakeLists.txt: df_tier_tsan): the server library and its
+  # two C++ tests, no CLI. Suppressions: tools/tsan.supp (third-party code only).
+  stage "TSan: configure + build (tsan targets)" \
+    bash -c "cmake --preset tsan >/dev/null && cmake --build --preset tsan -j $jobs \
+      --target df_tier_tsan"
+  stage "TSan: ctest (tsan: server and scheduler threads)" ctest --preset tsan -j "$jobs"
 fi

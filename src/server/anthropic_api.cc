@@ -40,70 +40,6 @@ std::optional<ApiError> TextOf(const ojson& v, const std::string& path, std::str
   return std::nullopt;
 }
 
-std::optional<ApiError> ParseTools(const ojson& obj, GenerationRequest* out) {
-  const ojson* tools = Get(obj, "tools");
-  if (tools == nullptr) return std::nullopt;
-  if (!tools->is_array()) return WrongType("tools", "an array");
-  ojson converted = ojson::array();
-  for (size_t i = 0; i < tools->size(); ++i) {
-    const ojson& t = (*tools)[i];
-    const std::string p = Index("tools", i);
-    if (!t.is_object()) return WrongType(p, "an object");
-    if (const ojson* type = Get(t, "type");
-        type != nullptr && !(type->is_string() && *type == "custom")) {
-      return Unsupported(Path(p, "type"),
-                         "only client tools with an input_schema (server tools such as web "
-                         "search run on Anthropic's side)");
-    }
-    const ojson* name = Get(t, "name");
-    if (name == nullptr) return fields::Missing(Path(p, "name"));
-    if (!name->is_string()) return WrongType(Path(p, "name"), "a string");
-    const ojson* schema = Get(t, "input_schema");
-    if (schema == nullptr) return fields::Missing(Path(p, "input_schema"));
-    if (!schema->is_object()) return WrongType(Path(p, "input_schema"), "an object");
-    ojson fn = {{"name", *name}};
-    if (const ojson* d = Get(t, "description"); d != nullptr) {
-      if (!d->is_string()) return WrongType(Path(p, "description"), "a string");
-      fn["description"] = *d;
-    }
-    fn["parameters"] = *schema;
-    converted.push_back({{"type", "function"}, {"function", std::move(fn)}});
-  }
-  if (!converted.empty()) out->tools = std::move(converted);
-  return std::nullopt;
-}
-
-std::optional<ApiError> ParseToolChoice(const ojson& obj, GenerationRequest* out) {
-  const ojson* tc = Get(obj, "tool_choice");
-  if (tc == nullptr) return std::nullopt;
-  if (!tc->is_object()) return WrongType("tool_choice", "an object");
-  const ojson* type = Get(*tc, "type");
-  if (type == nullptr || !type->is_string()) return fields::Missing("tool_choice.type");
-  const std::string t = type->get<std::string>();
-  if (t == "auto") {
-    out->tool_choice = ToolChoice::kAuto;
-  } else if (t == "any") {
-    out->tool_choice = ToolChoice::kRequired;
-  } else if (t == "none") {
-    out->tool_choice = ToolChoice::kNone;
-  } else if (t == "tool") {
-    const ojson* name = Get(*tc, "name");
-    if (name == nullptr) return fields::Missing("tool_choice.name");
-    if (!name->is_string()) return WrongType("tool_choice.name", "a string");
-    out->tool_choice = ToolChoice::kNamed;
-    out->tool_choice_name = name->get<std::string>();
-  } else {
-    return BadRequest("'tool_choice.type' must be auto, any, tool or none", "tool_choice.type");
-  }
-  bool no_parallel = false;
-  if (auto err = fields::GetBool(*tc, "disable_parallel_tool_use",
-                                 "tool_choice.disable_parallel_tool_use", &no_parallel)) {
-    return err;
-  }
-  out->parallel_tool_calls = !no_parallel;
-  return CheckToolChoice(*out, "tool_choice");
-}
-
 std::optional<ApiError> ParseThinkingConfig(const ojson& obj, GenerationRequest* out) {
   out->chat.thinking = false;  // Anthropic's default: no extended thinking unless asked for
   const ojson* th = Get(obj, "thinking");
@@ -317,7 +253,7 @@ std::optional<ApiError> ParseAnthropicRequest(std::string_view body,
   out->endpoint = Endpoint::kChat;
   out->chat.reasoning_effort = defaults.reasoning_effort;
   ojson obj;
-  if (auto err = ParseBodyObject(body, &obj)) return err;
+  if (auto err = fields::ParseBody(body, &obj)) return err;
   if (auto err = fields::GetString(obj, "model", "model", &out->model)) return err;
   if (auto err = fields::GetBool(obj, "stream", "stream", &out->stream)) return err;
   constexpr int64_t kMaxTokens = int64_t{1} << 31;
@@ -335,11 +271,7 @@ std::optional<ApiError> ParseAnthropicRequest(std::string_view body,
   if (auto err = fields::GetInt(obj, "top_k", "top_k", 0, INT32_MAX, &top_k)) return err;
   out->sampling.top_k = top_k.value_or(0);
   // `seed`: not in this API; an extension (as in chat completions) for repeatable sampling.
-  if (const ojson* seed = Get(obj, "seed"); seed != nullptr) {
-    if (!seed->is_number_integer()) return WrongType("seed", "an integer");
-    out->sampling.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
-                                                    : static_cast<uint64_t>(seed->get<int64_t>());
-  }
+  if (auto err = fields::GetSeed(obj, "seed", "seed", &out->sampling.seed)) return err;
   if (const ojson* s = Get(obj, "stop_sequences"); s != nullptr) {
     if (!s->is_array()) return WrongType("stop_sequences", "an array of strings");
     for (size_t i = 0; i < s->size(); ++i) {
@@ -353,8 +285,8 @@ std::optional<ApiError> ParseAnthropicRequest(std::string_view body,
   }
   if (auto err = ParseThinkingConfig(obj, out)) return err;
   if (auto err = ParseOutputFormat(obj, out)) return err;
-  if (auto err = ParseTools(obj, out)) return err;
-  if (auto err = ParseToolChoice(obj, out)) return err;
+  if (auto err = ParseTools(obj, Api::kAnthropic, out)) return err;
+  if (auto err = ParseToolChoice(obj, Api::kAnthropic, out)) return err;
   return ParseTurns(obj, out);
 }
 

@@ -1,7 +1,8 @@
-// POST /v1/chat/completions and /v1/completions: parse, render, queue, then either wait for the
-// whole answer or stream it as server-sent events. While a request waits or streams, its HTTP
-// thread polls the client connection every 50 ms and cancels the job when the client is gone.
-// StartGeneration and ServeAgentGeneration are shared with the Anthropic and Responses APIs.
+// A generation from the parsed request to the last byte, for every API (generation.h): render and
+// queue (StartGeneration), then wait for the whole answer or stream it as server-sent events
+// (ServeGeneration), the API's GenerationSink formatting what is sent. While a request waits or
+// streams, its HTTP thread polls the client connection every 50 ms and cancels the job when the
+// client is gone.
 #include "server/generation.h"
 
 #include <chrono>
@@ -233,151 +234,12 @@ std::shared_ptr<Gen> HttpServer::Impl::StartGeneration(const httplib::Request& r
   return g;
 }
 
-void HttpServer::Impl::HandleGeneration(const httplib::Request& req, httplib::Response& res,
-                                        Endpoint endpoint) {
-  const std::string ep = endpoint == Endpoint::kChat ? "chat" : "completions";
-  GenerationRequest parsed;
-  if (auto err = ParseGenerationRequest(req.body, endpoint, opt.defaults, &parsed)) {
-    return SendError(res, *err, ep);
-  }
-  auto g = StartGeneration(req, res, std::move(parsed),
-                           endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-",
-                           [&](const ApiError& e) { SendError(res, e, ep); });
-  if (g == nullptr) return;
-
+void HttpServer::Impl::ServeGeneration(const std::shared_ptr<Gen>& g,
+                                       const std::shared_ptr<GenerationSink>& sink,
+                                       httplib::Response& res, const std::string& ep,
+                                       const ErrorSender& send) {
   // Counts the request and hands its detail to the request log line (request_log.h); 499 = the
   // client left, so the job was cancelled.
-  auto finish_log = [this, g, ep](int status) {
-    metrics.CountRequest(ep, status);
-    AnnotateRequestLog(status, g->LogDetail() + (status == 499 ? " cancelled" : ""));
-  };
-  std::string echo;
-  if (endpoint == Endpoint::kCompletion && g->request.echo) {
-    auto text = tok.Decode(g->prompt);
-    echo = tokenizer::DecodeUtf8Lossy(text.ok() ? *text : "");
-  }
-
-  if (!g->request.stream) {
-    OutputDelta all;
-    all.content = echo;
-    while (!g->done) {
-      if (!g->conn.Alive()) {
-        scheduler->Cancel(g->job);
-        return finish_log(499);
-      }
-      g->Poll(kPollStep, &all);
-    }
-    if (g->end == Job::End::kError) {
-      SendError(res, EngineError(g->error), ep);
-      return finish_log(500);
-    }
-    if (opt.log_prompts) LogInfo(g->meta.id + " output: " + all.reasoning + all.content);
-    ojson body = FullResponse(g->meta, all, g->out->FinishReason(), g->GetUsage());
-    if (g->request.logprobs >= 0) {
-      ojson& lp = body["choices"][0]["logprobs"];
-      if (endpoint == Endpoint::kChat) {
-        lp = ChatLogprobs(tok, all.logprobs);
-      } else {
-        std::vector<LogprobEntry> entries = g->PromptLogprobs();
-        entries.insert(entries.end(), all.logprobs.begin(), all.logprobs.end());
-        int64_t offset = 0;
-        lp = CompletionLogprobs(tok, entries, g->job->want_prompt_logprobs, &offset);
-      }
-    }
-    body["timings"] = TimingsJson(g->GetTimings());
-    res.set_content(JsonText(body), "application/json");
-    return finish_log(200);
-  }
-
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  const auto ping = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(opt.ping_interval_s));
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, g, ping, echo, finish_log](size_t, httplib::DataSink& sink) {
-        auto last_write = Clock::now();
-        auto write = [&](const std::string& s) {
-          if (!sink.write(s.data(), s.size())) return false;
-          last_write = Clock::now();
-          return true;
-        };
-        auto event = [&](const ojson& j) { return write("data: " + JsonText(j) + "\n\n"); };
-        const bool usage_null = g->request.include_usage;
-        const bool chat = g->request.endpoint == Endpoint::kChat;
-        bool first = true;
-        int64_t text_offset = 0;  // completions' logprobs text_offset
-        // A chunk for `d`, with its tokens' logprobs when asked for.
-        auto chunk_of = [&](const OutputDelta& d, bool first_chunk, bool leading_null) {
-          ojson chunk = Chunk(g->meta, d, first_chunk, "", usage_null);
-          if (g->request.logprobs >= 0 && !d.logprobs.empty()) {
-            chunk["choices"][0]["logprobs"] =
-                chat ? ChatLogprobs(tok, d.logprobs)
-                     : CompletionLogprobs(tok, d.logprobs, leading_null, &text_offset);
-          }
-          return chunk;
-        };
-        // The echoed prompt; with logprobs it waits for the prefill that scores it.
-        bool echo_pending = !echo.empty();
-        auto send_echo = [&] {
-          echo_pending = false;
-          OutputDelta d;
-          d.content = echo;
-          d.logprobs = g->PromptLogprobs();
-          return event(chunk_of(d, true, true));
-        };
-        if (echo_pending && !g->job->want_prompt_logprobs && !send_echo()) return false;
-        while (!g->done) {
-          if (!g->conn.Alive()) break;
-          OutputDelta d;
-          const auto until_ping = last_write + ping - Clock::now();
-          g->Poll(
-              std::max(Clock::duration::zero(), std::min<Clock::duration>(kPollStep, until_ping)),
-              &d);
-          if (echo_pending && (g->cursor > 0 || g->done) && !send_echo()) break;
-          if (!d.empty() || (first && g->end == Job::End::kNone && g->cursor > 0)) {
-            ojson chunk = chunk_of(d, first, false);
-            if (g->request.timings_per_token) g->AddTimings(&chunk);
-            if (!event(chunk)) break;
-            first = false;
-          }
-          if (!g->done && Clock::now() - last_write >= ping && !write(": ping\n\n")) break;
-        }
-        if (!g->done) {  // the client is gone
-          scheduler->Cancel(g->job);
-          finish_log(499);
-          return false;
-        }
-        bool ok = true;
-        if (echo_pending && g->end != Job::End::kError) ok = send_echo();
-        if (!ok) {
-          finish_log(499);
-          return false;
-        }
-        if (g->end == Job::End::kError) {
-          ok = event(EngineError(g->error).Body());
-        } else {
-          // The final chunk carries the timings (and the last tokens' token_timings), as
-          // llama-server's does.
-          ojson last = Chunk(g->meta, OutputDelta{}, first, g->out->FinishReason(), usage_null);
-          g->AddTimings(&last);
-          ok = event(last);
-          if (ok && g->request.include_usage) ok = event(UsageChunk(g->meta, g->GetUsage()));
-        }
-        if (ok) ok = write("data: [DONE]\n\n");
-        if (ok) sink.done();
-        finish_log(ok ? (g->end == Job::End::kError ? 500 : 200) : 499);
-        return ok;
-      },
-      [this, g](bool) {
-        if (!g->done) scheduler->Cancel(g->job);
-      });
-}
-
-void HttpServer::Impl::ServeAgentGeneration(const std::shared_ptr<Gen>& g,
-                                            const std::shared_ptr<AgentRenderer>& render,
-                                            httplib::Response& res, const std::string& ep,
-                                            const ErrorSender& send) {
   auto finish_log = [this, g, ep](int status) {
     metrics.CountRequest(ep, status);
     AnnotateRequestLog(status, g->LogDetail() + (status == 499 ? " cancelled" : ""));
@@ -396,8 +258,8 @@ void HttpServer::Impl::ServeAgentGeneration(const std::shared_ptr<Gen>& g,
       return finish_log(500);
     }
     if (opt.log_prompts) LogInfo(g->meta.id + " output: " + all.reasoning + all.content);
-    render->Completed(*g, all);
-    res.set_content(JsonText(render->Whole(*g, all)), "application/json");
+    sink->Completed(*g, all);
+    res.set_content(JsonText(sink->Whole(*g, all)), "application/json");
     return finish_log(200);
   }
   res.set_header("Cache-Control", "no-cache");
@@ -406,16 +268,16 @@ void HttpServer::Impl::ServeAgentGeneration(const std::shared_ptr<Gen>& g,
       std::chrono::duration<double>(opt.ping_interval_s));
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, g, render, ping, finish_log](size_t, httplib::DataSink& sink) {
+      [this, g, sink, ping, finish_log](size_t, httplib::DataSink& out) {
         auto last_write = Clock::now();
         auto write = [&](const std::string& s) {
           if (s.empty()) return true;
-          if (!sink.write(s.data(), s.size())) return false;
+          if (!out.write(s.data(), s.size())) return false;
           last_write = Clock::now();
           return true;
         };
         OutputDelta all;
-        bool ok = write(render->Begin(*g));
+        bool ok = write(sink->Begin(*g));
         while (ok && !g->done) {
           if (!g->conn.Alive()) break;
           OutputDelta d;
@@ -423,11 +285,9 @@ void HttpServer::Impl::ServeAgentGeneration(const std::shared_ptr<Gen>& g,
           g->Poll(
               std::max(Clock::duration::zero(), std::min<Clock::duration>(kPollStep, until_ping)),
               &d);
-          if (!d.empty()) {
-            if (!write(render->Delta(*g, d))) break;
-            Append(&all, std::move(d));
-          }
-          if (!g->done && Clock::now() - last_write >= ping && !write(render->Ping())) break;
+          if (!write(sink->Delta(*g, d))) break;
+          if (!d.empty()) Append(&all, std::move(d));
+          if (!g->done && Clock::now() - last_write >= ping && !write(sink->Ping())) break;
         }
         if (!g->done) {  // the client is gone
           scheduler->Cancel(g->job);
@@ -435,13 +295,13 @@ void HttpServer::Impl::ServeAgentGeneration(const std::shared_ptr<Gen>& g,
           return false;
         }
         if (g->end == Job::End::kError) {
-          ok = write(render->StreamError(*g, EngineError(g->error)));
+          ok = write(sink->StreamError(*g, EngineError(g->error)));
         } else {
-          const std::string tail = render->End(*g);
-          render->Completed(*g, all);
+          const std::string tail = sink->End(*g);
+          sink->Completed(*g, all);
           ok = write(tail);
         }
-        if (ok) sink.done();
+        if (ok) out.done();
         finish_log(ok ? (g->end == Job::End::kError ? 500 : 200) : 499);
         return ok;
       },

@@ -1,8 +1,9 @@
-// One generation request from queueing to the last byte, shared by the four generation APIs
-// (chat/completions, completions, Anthropic messages, OpenAI responses): each API parses its body
-// into a GenerationRequest, HttpServer::Impl::StartGeneration checks the prompt and queues the
-// job, and the API's handler reads the output through Gen::Poll. The new agent APIs stream through
-// ServeAgentGeneration with an AgentRenderer that turns deltas into their events.
+// One generation request from queueing to the last byte, shared by the four generation endpoints
+// (chat/completions, completions, Anthropic messages, OpenAI responses; docs/SERVER.md "One
+// pipeline"): each API's adapter (api_handlers.cc) parses its body into a GenerationRequest,
+// HttpServer::Impl::StartGeneration checks the prompt and queues the job, and
+// HttpServer::Impl::ServeGeneration waits for or streams the output (read through Gen::Poll) for
+// every API alike, handing the same events to the API's GenerationSink, which formats them.
 #pragma once
 
 #include <httplib.h>
@@ -65,21 +66,27 @@ struct Gen {
   std::string LogDetail() const;
 };
 
-// How one agent API (Anthropic messages, OpenAI responses) shows a generation. Stream events are
-// returned as complete SSE text ("event: ...\ndata: ...\n\n").
-class AgentRenderer {
+// How one API shows a generation: ServeGeneration produces the same events for every API and a
+// sink formats them in its API's shape (chat.completion chunks, Anthropic message events,
+// Responses events). Stream events are returned as complete SSE text ("data: ...\n\n" or
+// "event: ...\ndata: ...\n\n"); "" sends nothing. The sink may update the Gen's bookkeeping
+// (timings already sent), never its job.
+class GenerationSink {
  public:
-  virtual ~AgentRenderer() = default;
+  virtual ~GenerationSink() = default;
   // stream: false. `all` is the whole output.
-  virtual nlohmann::ordered_json Whole(const Gen& g, const OutputDelta& all) = 0;
-  // The events sent before the first token (message_start / response.created ...).
-  virtual std::string Begin(const Gen& g) = 0;
-  virtual std::string Delta(const Gen& g, const OutputDelta& delta) = 0;
+  virtual nlohmann::ordered_json Whole(Gen& g, const OutputDelta& all) = 0;
+  // What is sent before the first token (message_start, response.created, ...).
+  virtual std::string Begin(Gen& g) = 0;
+  // After every poll of the job, with what the new tokens added (possibly nothing).
+  virtual std::string Delta(Gen& g, const OutputDelta& delta) = 0;
+  // A keep-alive while nothing else was sent for the ping interval.
   virtual std::string Ping() = 0;
-  // The closing events after the last delta (message_delta + message_stop / response.completed).
-  virtual std::string End(const Gen& g) = 0;
-  // An error after the stream started (engine failure).
-  virtual std::string StreamError(const Gen& g, const ApiError& error) = 0;
+  // The closing events after the last delta (the final chunk and [DONE], message_stop,
+  // response.completed, ...).
+  virtual std::string End(Gen& g) = 0;
+  // An engine failure after the stream started (before, the API's ErrorSender answers).
+  virtual std::string StreamError(Gen& g, const ApiError& error) = 0;
   // Called once with the whole output of a completed (not cancelled, not failed) request.
   virtual void Completed(const Gen& /*g*/, const OutputDelta& /*all*/) {}
 };

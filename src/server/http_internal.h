@@ -1,5 +1,5 @@
-// Internals of HttpServer shared by http_server.cc (setup, auth, small endpoints) and
-// generation.cc (the chat and completion handlers).
+// Internals of HttpServer shared by http_server.cc (setup, auth, small endpoints), generation.cc
+// (starting and serving a generation) and api_handlers.cc (the three APIs' adapters).
 #pragma once
 
 #include <httplib.h>
@@ -37,6 +37,7 @@ struct HttpServer::Impl {
   // Sends the 401 (in the path's API shape) unless the request carries the key.
   bool RequireAuth(const httplib::Request& req, httplib::Response& res);
   void SendError(httplib::Response& res, const ApiError& error, const std::string& endpoint);
+  // POST /v1/chat/completions and /v1/completions (api_handlers.cc).
   void HandleGeneration(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   // Sends an error in the calling API's shape (OpenAI's or Anthropic's).
   using ErrorSender = std::function<void(const ApiError&)>;
@@ -45,13 +46,13 @@ struct HttpServer::Impl {
   std::shared_ptr<Gen> StartGeneration(const httplib::Request& req, httplib::Response& res,
                                        GenerationRequest parsed, const char* id_prefix,
                                        const ErrorSender& send);
-  // Waits for or streams a started generation of the Anthropic or Responses API.
-  void ServeAgentGeneration(const std::shared_ptr<Gen>& g,
-                            const std::shared_ptr<AgentRenderer>& render, httplib::Response& res,
-                            const std::string& ep, const ErrorSender& send);
-  // POST /v1/messages, /v1/messages/count_tokens (agent_handlers.cc).
+  // Waits for or streams a started generation, any API: the one path every answer takes, with
+  // `sink` formatting its events (generation.h). `ep` names the endpoint in /metrics.
+  void ServeGeneration(const std::shared_ptr<Gen>& g, const std::shared_ptr<GenerationSink>& sink,
+                       httplib::Response& res, const std::string& ep, const ErrorSender& send);
+  // POST /v1/messages, /v1/messages/count_tokens (api_handlers.cc).
   void HandleMessages(const httplib::Request& req, httplib::Response& res, bool count_only);
-  // POST /v1/responses (agent_handlers.cc).
+  // POST /v1/responses (api_handlers.cc).
   void HandleResponses(const httplib::Request& req, httplib::Response& res);
   // Anthropic-shaped errors for /v1/messages.
   void SendAnthropicError(httplib::Response& res, const ApiError& error,

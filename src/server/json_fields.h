@@ -1,6 +1,8 @@
-// Typed field access for the agent APIs' request parsers (anthropic_api.cc, responses_api.cc):
-// a field that is absent or null counts as not given; a field of the wrong type or out of range
-// is a 400 whose message and param name the field by its full path ("messages[2].content[0]").
+// Typed field access shared by the request parsers of all three APIs (request.cc for
+// chat/completions and the request model, anthropic_api.cc, responses_api.cc): the body parsed as
+// a JSON object under a nesting limit; a field that is absent or null counts as not given; a field
+// of the wrong type or out of range is a 400 whose message and param name the field by its full
+// path ("messages[2].content[0]").
 #pragma once
 
 #include <cmath>
@@ -8,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "server/api_error.h"
 
@@ -88,7 +91,29 @@ inline std::optional<ApiError> GetInt(const ojson& obj, const char* key, const s
   return std::nullopt;
 }
 
-// A body as a JSON object, with the same nesting limit as chat/completions (request.cc).
+// An integer `seed` (not in the Anthropic or Responses APIs: an extension there, as in chat
+// completions, for repeatable sampling). A negative seed wraps (-1 is UINT64_MAX), as OpenAI
+// clients send it.
+inline std::optional<ApiError> GetSeed(const ojson& obj, const char* key, const std::string& path,
+                                       std::optional<uint64_t>* out) {
+  const ojson* v = Get(obj, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number_integer()) return WrongType(path, "an integer");
+  *out = v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
+  return std::nullopt;
+}
+
+// Deepest nesting of arrays and objects the server accepts in a body or in tool-call arguments.
+// nlohmann parses any depth without recursion, but copying, comparing and serialising a value
+// recurse once per level, so a body nested 100,000 deep would overflow a thread's stack in the
+// chat template. Real requests (tool schemas included) stay far below this.
+constexpr int kMaxJsonDepth = 128;
+// The deepest [ / { nesting in JSON text, outside strings (invalid JSON is the parser's business).
+int NestingDepth(std::string_view text);
+// The 400 (code too_deep) for `what` nesting deeper than kMaxJsonDepth.
+ApiError TooDeep(const std::string& what, const std::string& param);
+// A request body as a JSON object: a 400 when it nests deeper than kMaxJsonDepth, is not valid
+// JSON, or is not an object. Every API's parser starts here.
 std::optional<ApiError> ParseBody(std::string_view body, ojson* out);
 
 }  // namespace deltafin::server::fields

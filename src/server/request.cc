@@ -1,12 +1,17 @@
-// Request-body parsing for the generation endpoints (see request.h for the policy).
+// The request model: body parsing for chat/completions, the three APIs' shared tool and
+// tool_choice parsers, prompt building (see request.h for the policy).
 #include "server/request.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "server/json_fields.h"
+
 namespace deltafin::server {
 
-// Why the limit: request.h (kMaxJsonDepth).
+namespace fields {
+
+// Why the limit: json_fields.h (kMaxJsonDepth).
 int NestingDepth(std::string_view text) {
   int depth = 0, deepest = 0;
   bool in_string = false, escaped = false;
@@ -30,67 +35,43 @@ int NestingDepth(std::string_view text) {
   return deepest;
 }
 
-namespace {
-
-using ojson = nlohmann::ordered_json;
-
-std::optional<ApiError> TooDeep(const std::string& what, const std::string& param) {
+ApiError TooDeep(const std::string& what, const std::string& param) {
   return BadRequest(
       what + " nests arrays and objects deeper than " + std::to_string(kMaxJsonDepth) + " levels",
       param, "too_deep");
 }
 
-// A field that is absent or null counts as not given.
-const ojson* Get(const ojson& obj, const char* key) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-ApiError WrongType(const std::string& field, const char* expected) {
-  return BadRequest("'" + field + "' must be " + expected, field, "invalid_type");
-}
-
-std::optional<ApiError> GetBool(const ojson& obj, const char* key, bool* out) {
-  const ojson* v = Get(obj, key);
-  if (v == nullptr) return std::nullopt;
-  if (!v->is_boolean()) return WrongType(key, "a boolean");
-  *out = v->get<bool>();
+std::optional<ApiError> ParseBody(std::string_view body, ojson* out) {
+  if (NestingDepth(body) > kMaxJsonDepth) return TooDeep("the request body", "");
+  *out = ojson::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (out->is_discarded()) {
+    return BadRequest("the request body is not valid JSON", "", "invalid_json");
+  }
+  if (!out->is_object()) return BadRequest("the request body must be a JSON object");
   return std::nullopt;
 }
 
-// Numbers that must be finite and within [lo, hi].
+}  // namespace fields
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using fields::Get;
+using fields::Index;
+using fields::Path;
+using fields::WrongType;
+
+// The top-level fields of a chat/completions body: their path is their name.
+std::optional<ApiError> GetBool(const ojson& obj, const char* key, bool* out) {
+  return fields::GetBool(obj, key, key, out);
+}
 std::optional<ApiError> GetNumber(const ojson& obj, const char* key, double lo, double hi,
                                   double* out) {
-  const ojson* v = Get(obj, key);
-  if (v == nullptr) return std::nullopt;
-  if (!v->is_number()) return WrongType(key, "a number");
-  const double d = v->get<double>();
-  if (!std::isfinite(d) || d < lo || d > hi) {
-    return BadRequest("'" + std::string(key) + "' must be between " + ojson(lo).dump() + " and " +
-                          ojson(hi).dump(),
-                      key);
-  }
-  *out = d;
-  return std::nullopt;
+  return fields::GetNumber(obj, key, key, lo, hi, out);
 }
-
 std::optional<ApiError> GetInt(const ojson& obj, const char* key, int64_t lo, int64_t hi,
                                std::optional<int64_t>* out) {
-  const ojson* v = Get(obj, key);
-  if (v == nullptr) return std::nullopt;
-  if (!v->is_number_integer()) return WrongType(key, "an integer");
-  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-    return BadRequest("'" + std::string(key) + "' is out of range", key);
-  }
-  const int64_t i = v->get<int64_t>();
-  if (i < lo || i > hi) {
-    return BadRequest("'" + std::string(key) + "' must be between " + std::to_string(lo) + " and " +
-                          std::to_string(hi),
-                      key);
-  }
-  *out = i;
-  return std::nullopt;
+  return fields::GetInt(obj, key, key, lo, hi, out);
 }
 
 // Fields we cannot honour: accepted only at their neutral value.
@@ -174,69 +155,25 @@ std::optional<ApiError> ParseStop(const ojson& obj, std::vector<std::string>* st
   return std::nullopt;
 }
 
-// reasoning_effort (OpenAI names mapped onto K3's), "thinking" and chat_template_kwargs.
+// reasoning_effort, "thinking" and chat_template_kwargs.
 std::optional<ApiError> ParseThinking(const ojson& obj, tokenizer::ChatOptions* chat) {
-  if (const ojson* e = Get(obj, "reasoning_effort"); e != nullptr) {
-    if (!e->is_string()) return WrongType("reasoning_effort", "a string");
-    const std::string v = e->get<std::string>();
-    if (v == "none") {
-      chat->thinking = false;
-    } else if (v == "minimal" || v == "low") {
-      chat->thinking = true, chat->reasoning_effort = "low";
-    } else if (v == "medium" || v == "high" || v == "max") {
-      chat->thinking = true, chat->reasoning_effort = v;
-    } else if (v == "xhigh") {
-      chat->thinking = true, chat->reasoning_effort = "max";
-    } else {
-      return BadRequest("'reasoning_effort' must be none, minimal, low, medium, high or max",
-                        "reasoning_effort");
-    }
+  std::string effort;
+  if (auto err = fields::GetString(obj, "reasoning_effort", "reasoning_effort", &effort)) {
+    return err;
+  }
+  if (!effort.empty()) {
+    if (auto err = ApplyReasoningEffort(effort, "reasoning_effort", chat)) return err;
   }
   if (auto err = GetBool(obj, "thinking", &chat->thinking)) return err;
   if (const ojson* k = Get(obj, "chat_template_kwargs"); k != nullptr) {
     if (!k->is_object()) return WrongType("chat_template_kwargs", "an object");
     for (const char* key : {"thinking", "enable_thinking"}) {
-      if (const ojson* t = Get(*k, key); t != nullptr) {
-        if (!t->is_boolean())
-          return WrongType(std::string("chat_template_kwargs.") + key, "a bool");
-        chat->thinking = t->get<bool>();
+      if (auto err = fields::GetBool(*k, key, Path("chat_template_kwargs", key), &chat->thinking)) {
+        return err;
       }
     }
   }
   return std::nullopt;
-}
-
-// tool_choice: "auto" | "none" | "required" | {"type": "function", "function": {"name": ...}}.
-std::optional<ApiError> ParseToolChoice(const ojson& obj, GenerationRequest* out) {
-  const ojson* tc = Get(obj, "tool_choice");
-  if (tc == nullptr) return std::nullopt;
-  if (tc->is_string()) {
-    const std::string v = tc->get<std::string>();
-    if (v == "auto") {
-      out->tool_choice = ToolChoice::kAuto;
-    } else if (v == "none") {
-      out->tool_choice = ToolChoice::kNone;
-    } else if (v == "required") {
-      out->tool_choice = ToolChoice::kRequired;
-    } else {
-      return BadRequest("'tool_choice' must be auto, none, required or a named function",
-                        "tool_choice");
-    }
-  } else if (tc->is_object()) {
-    const ojson* type = Get(*tc, "type");
-    const ojson* fn = Get(*tc, "function");
-    const ojson* name = fn != nullptr && fn->is_object() ? Get(*fn, "name") : nullptr;
-    if (type == nullptr || *type != "function" || name == nullptr || !name->is_string()) {
-      return BadRequest(
-          "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
-          "tool_choice.function.name");
-    }
-    out->tool_choice = ToolChoice::kNamed;
-    out->tool_choice_name = name->get<std::string>();
-  } else {
-    return WrongType("tool_choice", "a string or an object");
-  }
-  return CheckToolChoice(*out, "tool_choice");
 }
 
 // Chat: logprobs (bool) and top_logprobs (0-20, needs logprobs); completions: logprobs (0-5
@@ -280,7 +217,7 @@ std::optional<ApiError> ParsePenalties(const ojson& obj, SamplingParams* s) {
 
 std::optional<ApiError> ParseMessages(const ojson& obj, GenerationRequest* out) {
   const ojson* m = Get(obj, "messages");
-  if (m == nullptr) return BadRequest("'messages' is required", "messages", "missing_required");
+  if (m == nullptr) return fields::Missing("messages");
   if (!m->is_array()) return WrongType("messages", "an array");
   if (m->empty()) return BadRequest("'messages' must not be empty", "messages");
   out->messages = *m;
@@ -290,8 +227,9 @@ std::optional<ApiError> ParseMessages(const ojson& obj, GenerationRequest* out) 
     for (const auto& call : msg["tool_calls"]) {
       const ojson* fn = call.is_object() && call.contains("function") ? &call["function"] : &call;
       if (fn->is_object() && fn->contains("arguments") && (*fn)["arguments"].is_string() &&
-          NestingDepth((*fn)["arguments"].get_ref<const std::string&>()) > kMaxJsonDepth) {
-        return TooDeep("a tool call's arguments", "messages");
+          fields::NestingDepth((*fn)["arguments"].get_ref<const std::string&>()) >
+              fields::kMaxJsonDepth) {
+        return fields::TooDeep("a tool call's arguments", "messages");
       }
     }
   }
@@ -300,21 +238,8 @@ std::optional<ApiError> ParseMessages(const ojson& obj, GenerationRequest* out) 
       msg["role"] = "system";
     }
   }
-  if (const ojson* t = Get(obj, "tools"); t != nullptr) {
-    if (!t->is_array()) return WrongType("tools", "an array");
-    for (const auto& tool : *t) {
-      if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object() ||
-          !tool["function"].contains("name") || !tool["function"]["name"].is_string()) {
-        return BadRequest(
-            "each of 'tools' must be {\"type\": \"function\", \"function\": "
-            "{\"name\": ..., ...}}",
-            "tools");
-      }
-    }
-    if (!t->empty()) out->tools = *t;
-  }
-  if (auto err = GetBool(obj, "parallel_tool_calls", &out->parallel_tool_calls)) return err;
-  return ParseToolChoice(obj, out);
+  if (auto err = ParseTools(obj, Api::kOpenAIChat, out)) return err;
+  return ParseToolChoice(obj, Api::kOpenAIChat, out);
 }
 
 std::optional<ApiError> ParsePrompt(const ojson& obj, GenerationRequest* out) {
@@ -348,16 +273,6 @@ std::optional<ApiError> ParsePrompt(const ojson& obj, GenerationRequest* out) {
 
 }  // namespace
 
-std::optional<ApiError> ParseBodyObject(std::string_view body, ojson* obj) {
-  if (NestingDepth(body) > kMaxJsonDepth) return TooDeep("the request body", "");
-  *obj = ojson::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (obj->is_discarded()) {
-    return BadRequest("the request body is not valid JSON", "", "invalid_json");
-  }
-  if (!obj->is_object()) return BadRequest("the request body must be a JSON object");
-  return std::nullopt;
-}
-
 std::optional<ApiError> CompileOutputSchema(const nlohmann::ordered_json& schema,
                                             const std::string& param, GenerationRequest* out) {
   auto compiled = constrain::JsonSchema::Compile(schema);
@@ -379,18 +294,15 @@ std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint e
   out->chat.thinking = defaults.thinking;
   out->chat.reasoning_effort = defaults.reasoning_effort;
   ojson obj;
-  if (auto err = ParseBodyObject(body, &obj)) return err;
-  if (const ojson* m = Get(obj, "model"); m != nullptr) {
-    if (!m->is_string()) return WrongType("model", "a string");
-    out->model = m->get<std::string>();
-  }
+  if (auto err = fields::ParseBody(body, &obj)) return err;
+  if (auto err = fields::GetString(obj, "model", "model", &out->model)) return err;
   if (auto err = GetBool(obj, "stream", &out->stream)) return err;
   if (auto err = GetBool(obj, "timings_per_token", &out->timings_per_token)) return err;
   if (const ojson* so = Get(obj, "stream_options"); so != nullptr) {
     if (!so->is_object()) return WrongType("stream_options", "an object");
-    if (const ojson* u = Get(*so, "include_usage"); u != nullptr) {
-      if (!u->is_boolean()) return WrongType("stream_options.include_usage", "a boolean");
-      out->include_usage = u->get<bool>();
+    if (auto err = fields::GetBool(*so, "include_usage", "stream_options.include_usage",
+                                   &out->include_usage)) {
+      return err;
     }
   }
   constexpr int64_t kMaxTokens = int64_t{1} << 31;
@@ -407,11 +319,7 @@ std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint e
   std::optional<int64_t> top_k;
   if (auto err = GetInt(obj, "top_k", -1, INT32_MAX, &top_k)) return err;
   out->sampling.top_k = top_k && *top_k > 0 ? *top_k : 0;
-  if (const ojson* s = Get(obj, "seed"); s != nullptr) {
-    if (!s->is_number_integer()) return WrongType("seed", "an integer");
-    out->sampling.seed =
-        s->is_number_unsigned() ? s->get<uint64_t>() : static_cast<uint64_t>(s->get<int64_t>());
-  }
+  if (auto err = fields::GetSeed(obj, "seed", "seed", &out->sampling.seed)) return err;
   if (auto err = ParseStop(obj, &out->stop)) return err;
   if (auto err = ParsePenalties(obj, &out->sampling)) return err;
   if (auto err = ParseLogprobs(obj, endpoint, out)) return err;
@@ -447,6 +355,151 @@ std::optional<ApiError> CheckToolChoice(const GenerationRequest& request,
   return BadRequest("'" + param + "' names '" + request.tool_choice_name +
                         "', which is not one of the declared tools",
                     param);
+}
+
+std::optional<ApiError> ParseTools(const ojson& body, Api api, GenerationRequest* out) {
+  const ojson* tools = Get(body, "tools");
+  if (tools == nullptr) return std::nullopt;
+  if (!tools->is_array()) return WrongType("tools", "an array");
+  ojson declared = ojson::array();
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const ojson& t = (*tools)[i];
+    const std::string p = Index("tools", i);
+    if (!t.is_object()) return WrongType(p, "an object");
+    // The tool's type: "function" (chat: may be left out), Anthropic's client tools none or
+    // "custom"; anything else (web search, code execution, ...) runs on the provider's side.
+    const ojson* type = Get(t, "type");
+    const char* own_type = api == Api::kAnthropic ? "custom" : "function";
+    if (type == nullptr && api == Api::kResponses) return fields::Missing(Path(p, "type"));
+    if (type != nullptr && !(type->is_string() && *type == own_type)) {
+      return Unsupported(Path(p, "type"),
+                         api == Api::kAnthropic
+                             ? "only client tools with an input_schema (server tools such as web "
+                               "search run on Anthropic's side)"
+                             : "only function tools, not '" +
+                                   (type->is_string() ? type->get<std::string>() : type->dump()) +
+                                   "'");
+    }
+    // Chat nests the function's fields under "function"; the others keep them on the tool.
+    const ojson* fn = &t;
+    std::string fp = p;
+    if (api == Api::kOpenAIChat) {
+      fn = Get(t, "function");
+      fp = Path(p, "function");
+      if (fn == nullptr) return fields::Missing(fp);
+      if (!fn->is_object()) return WrongType(fp, "an object");
+    }
+    const ojson* name = Get(*fn, "name");
+    if (name == nullptr) return fields::Missing(Path(fp, "name"));
+    if (!name->is_string()) return WrongType(Path(fp, "name"), "a string");
+    const ojson* description = Get(*fn, "description");
+    if (description != nullptr && !description->is_string()) {
+      return WrongType(Path(fp, "description"), "a string");
+    }
+    const char* schema_key = api == Api::kAnthropic ? "input_schema" : "parameters";
+    const ojson* schema = Get(*fn, schema_key);
+    if (schema == nullptr && api == Api::kAnthropic) {
+      return fields::Missing(Path(fp, schema_key));
+    }
+    if (schema != nullptr && !schema->is_object()) {
+      return WrongType(Path(fp, schema_key), "an object");
+    }
+    if (api == Api::kOpenAIChat) {
+      declared.push_back(t);
+      continue;
+    }
+    ojson function = {{"name", *name}};
+    if (description != nullptr) function["description"] = *description;
+    if (schema != nullptr) function["parameters"] = *schema;
+    declared.push_back({{"type", "function"}, {"function", std::move(function)}});
+  }
+  if (!declared.empty()) out->tools = std::move(declared);
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseToolChoice(const ojson& body, Api api, GenerationRequest* out) {
+  if (api != Api::kAnthropic) {
+    if (auto err = GetBool(body, "parallel_tool_calls", &out->parallel_tool_calls)) return err;
+  }
+  const ojson* tc = Get(body, "tool_choice");
+  if (tc == nullptr) return std::nullopt;
+  // The mode's name as the API spells it, and for a named call where the name is.
+  std::string mode;
+  const ojson* name = nullptr;
+  std::string name_path;
+  if (api == Api::kAnthropic) {
+    if (!tc->is_object()) return WrongType("tool_choice", "an object");
+    const ojson* type = Get(*tc, "type");
+    if (type == nullptr || !type->is_string()) return fields::Missing("tool_choice.type");
+    mode = type->get<std::string>();
+    name = Get(*tc, "name");
+    name_path = "tool_choice.name";
+    bool no_parallel = false;
+    if (auto err = fields::GetBool(*tc, "disable_parallel_tool_use",
+                                   "tool_choice.disable_parallel_tool_use", &no_parallel)) {
+      return err;
+    }
+    out->parallel_tool_calls = !no_parallel;
+  } else if (tc->is_string()) {
+    mode = tc->get<std::string>();
+    if (mode == "tool" || mode == "any" || mode == "function") mode.clear();  // not these spellings
+  } else if (tc->is_object()) {
+    const ojson* type = Get(*tc, "type");
+    if (api == Api::kResponses) {
+      if (type == nullptr || *type != "function") {
+        return Unsupported("tool_choice.type", "only {\"type\": \"function\", \"name\": ...}");
+      }
+      name = Get(*tc, "name");
+      name_path = "tool_choice.name";
+    } else {
+      const ojson* fn = Get(*tc, "function");
+      name = fn != nullptr && fn->is_object() ? Get(*fn, "name") : nullptr;
+      if (type == nullptr || *type != "function" || name == nullptr || !name->is_string()) {
+        return BadRequest(
+            "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+            "tool_choice.function.name");
+      }
+    }
+    mode = "function";
+  } else {
+    return WrongType("tool_choice", "a string or an object");
+  }
+  const bool anthropic = api == Api::kAnthropic;
+  if (mode == "auto") {
+    out->tool_choice = ToolChoice::kAuto;
+  } else if (mode == "none") {
+    out->tool_choice = ToolChoice::kNone;
+  } else if (mode == (anthropic ? "any" : "required")) {
+    out->tool_choice = ToolChoice::kRequired;
+  } else if (mode == (anthropic ? "tool" : "function")) {
+    if (name == nullptr) return fields::Missing(name_path);
+    if (!name->is_string()) return WrongType(name_path, "a string");
+    out->tool_choice = ToolChoice::kNamed;
+    out->tool_choice_name = name->get<std::string>();
+  } else if (anthropic) {
+    return BadRequest("'tool_choice.type' must be auto, any, tool or none", "tool_choice.type");
+  } else {
+    return BadRequest("'tool_choice' must be auto, none, required or a named function",
+                      "tool_choice");
+  }
+  return CheckToolChoice(*out, "tool_choice");
+}
+
+std::optional<ApiError> ApplyReasoningEffort(const std::string& effort, const std::string& param,
+                                             tokenizer::ChatOptions* chat) {
+  if (effort == "none") {
+    chat->thinking = false;
+  } else if (effort == "minimal" || effort == "low") {
+    chat->thinking = true, chat->reasoning_effort = "low";
+  } else if (effort == "medium" || effort == "high") {
+    chat->thinking = true, chat->reasoning_effort = effort;
+  } else if (effort == "xhigh" || effort == "max") {
+    chat->thinking = true, chat->reasoning_effort = "max";
+  } else {
+    return BadRequest("'" + param + "' must be none, minimal, low, medium, high, xhigh or max",
+                      param);
+  }
+  return std::nullopt;
 }
 
 std::optional<ApiError> CompileToolSchemas(const GenerationRequest& request,

@@ -1,6 +1,9 @@
-// Parsing and validation of /v1/chat/completions and /v1/completions request bodies, and turning
-// a parsed request into prompt token ids. Pure functions (no I/O, no engine), so they are unit
-// tested directly and fuzzed (tests/server/fuzz_request.cc).
+// The shared request model of the generation endpoints (docs/SERVER.md "One pipeline"): the
+// GenerationRequest every API's parser produces (chat/completions here, anthropic_api.h,
+// responses_api.h), the parsers of what the APIs spell differently but mean alike (tool
+// declarations, tool_choice, reasoning effort), the /v1/chat/completions and /v1/completions body
+// parser, and turning a request into prompt token ids. Pure functions (no I/O, no engine), so
+// they are unit tested directly and fuzzed (tests/server/fuzz_request.cc).
 //
 // Policy (docs/SERVER.md): unknown fields are ignored; known fields with the wrong type or an
 // out-of-range value get a 400 naming the field; fields whose meaning we cannot honour (n > 1,
@@ -80,16 +83,32 @@ struct GenerationRequest {
 std::optional<ApiError> CompileOutputSchema(const nlohmann::ordered_json& schema,
                                             const std::string& param, GenerationRequest* out);
 
-// Deepest nesting of arrays and objects the server accepts in a body or in tool-call arguments.
-// nlohmann parses any depth without recursion, but copying, comparing and serialising a value
-// recurse once per level, so a body nested 100,000 deep would overflow a thread's stack in the
-// chat template. Real requests (tool schemas included) stay far below this.
-constexpr int kMaxJsonDepth = 128;
-// The deepest [ / { nesting in JSON text, outside strings (invalid JSON is the parser's business).
-int NestingDepth(std::string_view text);
-// A request body as a JSON object: a 400 when it nests deeper than kMaxJsonDepth, is not valid
-// JSON, or is not an object. Shared by every endpoint's parser.
-std::optional<ApiError> ParseBodyObject(std::string_view body, nlohmann::ordered_json* obj);
+// The three APIs whose bodies become a GenerationRequest. Where they spell the same thing
+// differently (a tool declaration, tool_choice), one parser reads every spelling.
+enum class Api { kOpenAIChat, kAnthropic, kResponses };
+
+// `tools` of a body, validated, into out->tools in the chat template's (OpenAI chat) shape:
+//   kOpenAIChat  {"type": "function", "function": {"name", "description"?, "parameters"?}}
+//                (kept exactly as sent, so the template renders what the client declared)
+//   kAnthropic   {"type"?: "custom", "name", "description"?, "input_schema"}
+//   kResponses   {"type": "function", "name", "description"?, "parameters"?}
+// Errors name the field by its path ("tools[1].function.name"); other tool types (Anthropic's
+// server tools, Responses' web search, ...) are unsupported. An empty list declares none.
+std::optional<ApiError> ParseTools(const nlohmann::ordered_json& body, Api api,
+                                   GenerationRequest* out);
+// tool_choice (and whether several calls may come) into out->tool_choice, checked against the
+// declared tools (call after ParseTools):
+//   kOpenAIChat  "auto" | "none" | "required" | {"type": "function", "function": {"name"}};
+//                parallel_tool_calls beside it
+//   kResponses   "auto" | "none" | "required" | {"type": "function", "name"};
+//                parallel_tool_calls beside it
+//   kAnthropic   {"type": "auto" | "any" | "none" | "tool", "name"?, "disable_parallel_tool_use"?}
+std::optional<ApiError> ParseToolChoice(const nlohmann::ordered_json& body, Api api,
+                                        GenerationRequest* out);
+// A reasoning effort as OpenAI names them (none, minimal, low, medium, high, xhigh; and K3's max)
+// onto K3's thinking switch and effort; `param` names the field in the 400.
+std::optional<ApiError> ApplyReasoningEffort(const std::string& effort, const std::string& param,
+                                             tokenizer::ChatOptions* chat);
 
 // Parses `body` for `endpoint`. On error returns the 400 to send and leaves *out unspecified.
 std::optional<ApiError> ParseGenerationRequest(std::string_view body, Endpoint endpoint,

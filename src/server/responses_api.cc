@@ -75,77 +75,10 @@ std::string ReasoningText(const ojson& item) {
   return text;
 }
 
-std::optional<ApiError> ParseTools(const ojson& obj, GenerationRequest* out,
-                                   ResponsesContext* ctx) {
-  const ojson* tools = Get(obj, "tools");
-  if (tools == nullptr) return std::nullopt;
-  if (!tools->is_array()) return WrongType("tools", "an array");
-  ctx->tools = *tools;
-  ojson converted = ojson::array();
-  for (size_t i = 0; i < tools->size(); ++i) {
-    const ojson& t = (*tools)[i];
-    const std::string p = Index("tools", i);
-    if (!t.is_object()) return WrongType(p, "an object");
-    const ojson* type = Get(t, "type");
-    if (type == nullptr || !type->is_string()) return fields::Missing(Path(p, "type"));
-    if (*type != "function") {
-      return Unsupported(Path(p, "type"),
-                         "only function tools, not '" + type->get<std::string>() + "'");
-    }
-    const ojson* name = Get(t, "name");
-    if (name == nullptr) return fields::Missing(Path(p, "name"));
-    if (!name->is_string()) return WrongType(Path(p, "name"), "a string");
-    ojson fn = {{"name", *name}};
-    if (const ojson* d = Get(t, "description"); d != nullptr) {
-      if (!d->is_string()) return WrongType(Path(p, "description"), "a string");
-      fn["description"] = *d;
-    }
-    if (const ojson* params = Get(t, "parameters"); params != nullptr) {
-      if (!params->is_object()) return WrongType(Path(p, "parameters"), "an object");
-      fn["parameters"] = *params;
-    }
-    converted.push_back({{"type", "function"}, {"function", std::move(fn)}});
-  }
-  if (!converted.empty()) out->tools = std::move(converted);
-  return std::nullopt;
-}
-
-std::optional<ApiError> ParseToolChoice(const ojson& obj, GenerationRequest* out,
-                                        ResponsesContext* ctx) {
-  if (const ojson* p = Get(obj, "parallel_tool_calls"); p != nullptr) {
-    if (!p->is_boolean()) return WrongType("parallel_tool_calls", "a boolean");
-    out->parallel_tool_calls = p->get<bool>();
-  }
-  const ojson* tc = Get(obj, "tool_choice");
-  if (tc == nullptr) return std::nullopt;
-  ctx->tool_choice = *tc;
-  if (tc->is_string()) {
-    if (*tc == "auto") {
-      out->tool_choice = ToolChoice::kAuto;
-    } else if (*tc == "none") {
-      out->tool_choice = ToolChoice::kNone;
-    } else if (*tc == "required") {
-      out->tool_choice = ToolChoice::kRequired;
-    } else {
-      return BadRequest(
-          "'tool_choice' must be auto, none, required or {\"type\": \"function\", "
-          "\"name\": ...}",
-          "tool_choice");
-    }
-  } else if (tc->is_object()) {
-    const ojson* type = Get(*tc, "type");
-    if (type == nullptr || *type != "function") {
-      return Unsupported("tool_choice.type", "only {\"type\": \"function\", \"name\": ...}");
-    }
-    const ojson* name = Get(*tc, "name");
-    if (name == nullptr) return fields::Missing("tool_choice.name");
-    if (!name->is_string()) return WrongType("tool_choice.name", "a string");
-    out->tool_choice = ToolChoice::kNamed;
-    out->tool_choice_name = name->get<std::string>();
-  } else {
-    return WrongType("tool_choice", "a string or an object");
-  }
-  return CheckToolChoice(*out, "tool_choice");
+// The tools and tool_choice as the client sent them, which the response object echoes back.
+void KeepToolsAsSent(const ojson& obj, ResponsesContext* ctx) {
+  if (const ojson* tools = Get(obj, "tools"); tools != nullptr) ctx->tools = *tools;
+  if (const ojson* tc = Get(obj, "tool_choice"); tc != nullptr) ctx->tool_choice = *tc;
 }
 
 std::optional<ApiError> ParseReasoning(const ojson& obj, GenerationRequest* out,
@@ -155,20 +88,7 @@ std::optional<ApiError> ParseReasoning(const ojson& obj, GenerationRequest* out,
   if (!r->is_object()) return WrongType("reasoning", "an object");
   if (auto err = fields::GetString(*r, "effort", "reasoning.effort", &ctx->effort)) return err;
   if (ctx->effort.empty()) return std::nullopt;
-  const std::string& e = ctx->effort;
-  if (e == "none") {
-    out->chat.thinking = false;
-  } else if (e == "minimal" || e == "low") {
-    out->chat.thinking = true, out->chat.reasoning_effort = "low";
-  } else if (e == "medium" || e == "high") {
-    out->chat.thinking = true, out->chat.reasoning_effort = e;
-  } else if (e == "xhigh" || e == "max") {
-    out->chat.thinking = true, out->chat.reasoning_effort = "max";
-  } else {
-    return BadRequest("'reasoning.effort' must be none, minimal, low, medium, high or xhigh",
-                      "reasoning.effort");
-  }
-  return std::nullopt;
+  return ApplyReasoningEffort(ctx->effort, "reasoning.effort", &out->chat);
 }
 
 std::optional<ApiError> ParseInput(const ojson& obj, ojson* items) {
@@ -271,7 +191,7 @@ std::optional<ApiError> ItemsToMessages(const ojson& items, size_t first_new, oj
       }
       if (call_id.empty()) return fields::Missing(Path(p, "call_id"));
       if (name.empty()) return fields::Missing(Path(p, "name"));
-      if (NestingDepth(arguments) > kMaxJsonDepth) {
+      if (fields::NestingDepth(arguments) > fields::kMaxJsonDepth) {
         return BadRequest("'" + Path(p, "arguments") + "' nests too deep", Path(p, "arguments"),
                           "too_deep");
       }
@@ -320,7 +240,7 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body,
   out->chat.thinking = defaults.thinking;
   out->chat.reasoning_effort = defaults.reasoning_effort;
   ojson obj;
-  if (auto err = ParseBodyObject(body, &obj)) return err;
+  if (auto err = fields::ParseBody(body, &obj)) return err;
   if (auto err = fields::GetString(obj, "model", "model", &out->model)) return err;
   if (auto err = fields::GetBool(obj, "stream", "stream", &out->stream)) return err;
   if (auto err = fields::GetBool(obj, "store", "store", &ctx->store)) return err;
@@ -340,11 +260,7 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body,
   if (auto err = fields::GetNumber(obj, "top_p", "top_p", 0, 1, &out->sampling.top_p)) return err;
   if (out->sampling.top_p <= 0) return BadRequest("'top_p' must be greater than 0", "top_p");
   // `seed`: not in this API; an extension (as in chat completions) for repeatable sampling.
-  if (const ojson* seed = Get(obj, "seed"); seed != nullptr) {
-    if (!seed->is_number_integer()) return WrongType("seed", "an integer");
-    out->sampling.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
-                                                    : static_cast<uint64_t>(seed->get<int64_t>());
-  }
+  if (auto err = fields::GetSeed(obj, "seed", "seed", &out->sampling.seed)) return err;
   if (const ojson* text = Get(obj, "text"); text != nullptr) {
     if (!text->is_object()) return WrongType("text", "an object");
     // text.format: the Responses spelling of response_format ({type, name, schema, strict} flat,
@@ -388,8 +304,9 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body,
     return err;
   }
   if (auto err = ParseReasoning(obj, out, ctx)) return err;
-  if (auto err = ParseTools(obj, out, ctx)) return err;
-  if (auto err = ParseToolChoice(obj, out, ctx)) return err;
+  if (auto err = ParseTools(obj, Api::kResponses, out)) return err;
+  if (auto err = ParseToolChoice(obj, Api::kResponses, out)) return err;
+  KeepToolsAsSent(obj, ctx);
   if (auto err = fields::GetString(obj, "previous_response_id", "previous_response_id",
                                    &ctx->previous_response_id)) {
     return err;

@@ -632,6 +632,62 @@ TEST(AnthropicTest, ConvertsTurnsToolsAndThinking) {
   EXPECT_FALSE(ParseAnthropic(R"({"messages":[{"role":"user","content":"x"}]})", &r, true));
 }
 
+// One tool-declaration parser and one tool_choice parser read all three APIs' spellings into the
+// same OpenAI-shaped tools (request.h ParseTools, ParseToolChoice).
+TEST(ToolsTest, OneParserForTheThreeApisSpellings) {
+  using ojson = nlohmann::ordered_json;
+  const ojson want = ojson::parse(
+      R"({"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object"}}})");
+  const std::string user = R"("messages":[{"role":"user","content":"x"}])";
+  GenerationRequest chat, messages, responses;
+  ResponseStore store;
+  ResponsesContext ctx;
+  ASSERT_FALSE(Parse("{" + user + R"(,"tools":[)" + want.dump() +
+                         R"(],"tool_choice":{"type":"function","function":{"name":"f"}}})",
+                     &chat));
+  ASSERT_FALSE(
+      ParseAnthropic(R"({"max_tokens":5,)" + user +
+                         R"(,"tools":[{"name":"f","description":"d","input_schema":)"
+                         R"({"type":"object"}}],"tool_choice":{"type":"tool","name":"f"}})",
+                     &messages));
+  ASSERT_FALSE(ParseResponsesRequest(
+      R"({"input":"x","tools":[{"type":"function","name":"f","description":"d","parameters":)"
+      R"({"type":"object"}}],"tool_choice":{"type":"function","name":"f"}})",
+      {}, &store, &responses, &ctx));
+  for (const GenerationRequest* r : {&chat, &messages, &responses}) {
+    EXPECT_EQ(r->tools, ojson::array({want}));
+    EXPECT_EQ(r->tool_choice, ToolChoice::kNamed);
+    EXPECT_EQ(r->tool_choice_name, "f");
+  }
+  // Errors name the field by its path in the API's own spelling.
+  const std::pair<std::string, const char*> chat_cases[] = {
+      {R"([{"type":"function","function":{"description":"d"}}])", "tools[0].function.name"},
+      {R"([{"type":"function","function":{"name":"f","parameters":"x"}}])",
+       "tools[0].function.parameters"},
+      {R"([{"type":"web_search"}])", "tools[0].type"},
+      {R"([{"type":"function"}])", "tools[0].function"},
+      {R"({"name":"f"})", "tools"},
+  };
+  for (const auto& [tools, param] : chat_cases) {
+    GenerationRequest r;
+    auto err = Parse("{" + user + R"(,"tools":)" + tools + "}", &r);
+    ASSERT_TRUE(err) << tools;
+    EXPECT_EQ(err->param, param) << tools;
+  }
+  GenerationRequest r;
+  auto err =
+      ParseResponsesRequest(R"({"input":"x","tools":[{"type":"function"}]})", {}, &store, &r, &ctx);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->param, "tools[0].name");
+  err = ParseAnthropic(R"({"max_tokens":5,)" + user + R"(,"tools":[{"name":"f"}]})", &r);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->param, "tools[0].input_schema");
+  // Each API's tool_choice spelling only: Anthropic's "any" is not a chat mode.
+  err = Parse("{" + user + R"(,"tools":[)" + want.dump() + R"(],"tool_choice":"any"})", &r);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->param, "tool_choice");
+}
+
 TEST(AnthropicTest, RejectsBadBodiesNamingTheField) {
   const std::string user = R"("messages":[{"role":"user","content":)";
   const std::pair<std::string, const char*> cases[] = {

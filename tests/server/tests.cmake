@@ -1,7 +1,12 @@
 # Included from tests/CMakeLists.txt (paths relative to tests/). Server tests: unit tests of the
-# pure parts (gtest), the OpenAI Node SDK client test, the raw HTTP / load tests and the web chat
-# page in headless chromium (e2e), all on loopback against `deltafin serve` with the tiny model.
-df_test(server_unit_test LABEL unit SOURCES server/server_unit_test.cc DEPS df_server)
+# pure parts (gtest), the server's threads in one process (gtest, also run under ThreadSanitizer:
+# label tsan), the OpenAI Node SDK client test, the raw HTTP / load tests and the web chat page in
+# headless chromium (e2e), all on loopback against `deltafin serve` with the tiny model.
+df_test(server_unit_test LABEL unit tsan NO_CLI SOURCES server/server_unit_test.cc DEPS df_server)
+# The server's threads together in one process: all three APIs at once, a cancel, metrics polling
+# (the tsan preset runs it under ThreadSanitizer; docs/TESTING.md).
+df_test(server_threads_test LABEL e2e tsan NO_CLI SOURCES server/server_threads_test.cc
+        DEPS df_server)
 
 find_program(DF_NODE node)
 find_program(DF_NPM npm)
