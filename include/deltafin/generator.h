@@ -79,12 +79,12 @@ struct GeneratorOptions {
 };
 
 struct GenerationParams {
-  SamplingParams sampling;
+  SamplingParams sampling{};
   int64_t max_tokens = 1;  // >= 1: tokens to emit at most (kLength)
   // Emitting one of these ends the generation (kEos); the token is handed out first. Empty: none
   // (generation then runs to max_tokens, the context, or the callback's stop). The caller keeps
   // the ids alive for the generation.
-  std::span<const int32_t> end_tokens;
+  std::span<const int32_t> end_tokens{};
   // Null: unconstrained. Not owned; a constrained generation never speculates.
   TokenConstraint* constraint = nullptr;
 };

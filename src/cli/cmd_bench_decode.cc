@@ -157,9 +157,11 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
   // prompt's logits, is not counted), bytes per token the same way.
   auto speculative_pass = [&](std::shared_ptr<Drafter> drafter, int64_t k,
                               bool adaptive) -> Result<nlohmann::json> {
-    GeneratorOptions options{.drafter = std::move(drafter),
-                             .speculate = {.draft_max = k, .adaptive = adaptive}};
-    Generator generator(session.get(), info, std::move(options));
+    GeneratorOptions speculating;
+    speculating.drafter = std::move(drafter);
+    speculating.speculate.draft_max = k;
+    speculating.speculate.adaptive = adaptive;
+    Generator generator(session.get(), info, std::move(speculating));
     BenchRecorder recorder(nullptr, 0, nullptr);
     DF_RETURN_IF_ERROR(generate(generator, a.steps, recorder));
     if (recorder.tokens != continuation) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "deltafin/engine.h"
@@ -57,8 +58,8 @@ class Recorder : public GenerationCallbacks {
     first_start_ = false;
   }
   void OnStep(const GenerationStep& step) override {
-    ++steps;
     if (step.pass.rows > 1) ++verify_steps;
+    if (step.tokens.size() > 1) ++multi_token_steps;
   }
   bool OnToken(int32_t token, std::span<const float> logits) override {
     tokens.push_back(token);
@@ -74,34 +75,55 @@ class Recorder : public GenerationCallbacks {
   std::vector<int32_t> tokens;
   std::vector<uint64_t> logit_hashes;
   uint64_t start_allocations = 0;
-  int64_t steps = 0, verify_steps = 0;
+  int64_t verify_steps = 0, multi_token_steps = 0;
 
  private:
   int64_t stop_after_;
   bool first_start_ = true;
 };
 
-struct Run {
+struct Outcome {
   std::vector<int32_t> tokens;
   std::vector<uint64_t> logit_hashes;
   GenerationResult result;
   uint64_t allocations = 0;  // in the measured (second) generation's steps
-  int64_t verify_steps = 0;
+  int64_t verify_steps = 0, multi_token_steps = 0;
   std::vector<int32_t> fed;
   bool speculated = false;
 };
 
+// Offers a known continuation with every third draft wrong: verify passes that accept several
+// drafts, and rejections at every row position.
+class CorruptedReplay : public Drafter {
+ public:
+  CorruptedReplay(std::vector<int32_t> continuation, int64_t prompt, int64_t vocab)
+      : inner_(std::move(continuation), prompt), prompt_(prompt), vocab_(vocab) {}
+  int64_t Propose(std::span<const int32_t> context, std::span<int32_t> out) override {
+    const int64_t n = inner_.Propose(context, out);
+    const int64_t at = static_cast<int64_t>(context.size()) - prompt_;
+    for (int64_t j = 0; j < n; ++j) {
+      if ((at + j) % 3 == 2) out[j] = static_cast<int32_t>((out[j] + 1) % vocab_);
+    }
+    return n;
+  }
+
+ private:
+  ReplayDrafter inner_;
+  int64_t prompt_, vocab_;
+};
+
 // Generates twice from a fresh prefill of `prompt` with one Generator (the first is the
-// warm-up), and returns the second.
-Run Generate(const Engine& engine, const std::vector<int32_t>& prompt, bool speculate,
-             GenerationParams params, int64_t stop_after = -1) {
+// warm-up), and returns the second. `speculate` without a `drafter`: n-gram drafts.
+Outcome Generate(const Engine& engine, const std::vector<int32_t>& prompt, bool speculate,
+                 GenerationParams params, int64_t stop_after = -1,
+                 std::shared_ptr<Drafter> drafter = nullptr) {
   auto session = engine.NewSession();
   GeneratorOptions options;
   // Always draft (not adaptive), so the verify path is what runs.
-  if (speculate) options.drafter = std::make_shared<NgramDrafter>(4, 1);
+  if (speculate) options.drafter = drafter ? drafter : std::make_shared<NgramDrafter>(4, 1);
   options.speculate.adaptive = false;
   Generator generator(session.get(), engine.info(), options);
-  Run run;
+  Outcome run;
   for (int pass = 0; pass < 2; ++pass) {
     session->Reset();
     EXPECT_TRUE(session->Prefill(prompt).ok());
@@ -111,6 +133,7 @@ Run Generate(const Engine& engine, const std::vector<int32_t>& prompt, bool spec
     run.tokens = recorder.tokens;
     run.logit_hashes = recorder.logit_hashes;
     run.verify_steps = recorder.verify_steps;
+    run.multi_token_steps = recorder.multi_token_steps;
   }
   run.fed.assign(generator.fed().begin(), generator.fed().end());
   run.speculated = generator.speculated();
@@ -127,8 +150,16 @@ TEST(Generator, SameIdsAndLogitsWithSpeculationOnAndOffWithoutAllocating) {
   for (const SamplingParams& sampling : {SamplingParams{}, seeded}) {
     const std::string what = sampling.temperature > 0 ? "seed 7, temperature 0.8" : "greedy";
     const GenerationParams params{.sampling = sampling, .max_tokens = 40};
-    const Run plain = Generate(*engine, prompt, false, params);
-    const Run fast = Generate(*engine, prompt, true, params);
+    const Outcome plain = Generate(*engine, prompt, false, params);
+    const Outcome fast = Generate(*engine, prompt, true, params);
+    const Outcome replayed =
+        Generate(*engine, prompt, true, params, -1,
+                 std::make_shared<CorruptedReplay>(
+                     plain.tokens, static_cast<int64_t>(prompt.size()), engine->info().vocab_size));
+    EXPECT_EQ(plain.tokens, replayed.tokens) << what;
+    EXPECT_EQ(plain.logit_hashes, replayed.logit_hashes) << what;
+    EXPECT_GT(replayed.multi_token_steps, 0) << what;  // passes that accepted drafts
+    EXPECT_EQ(replayed.allocations, 0u) << what << ", replayed drafts";
     EXPECT_EQ(plain.result.reason, FinishReason::kLength) << what;
     EXPECT_EQ(plain.tokens.size(), 40u) << what;
     EXPECT_EQ(plain.tokens, fast.tokens) << what;
@@ -153,12 +184,19 @@ TEST(Generator, StopRulesEndWithTheirFinishReason) {
   auto engine = Load();
   ASSERT_NE(engine, nullptr);
   const auto prompt = CopyPrompt(engine->info().vocab_size);
-  const Run reference = Generate(*engine, prompt, false, {.max_tokens = 30});
+  const Outcome reference = Generate(*engine, prompt, false, {.max_tokens = 30});
   ASSERT_EQ(reference.tokens.size(), 30u);
+  // Speculating with the reference's own continuation as drafts (every third wrong), so verify
+  // passes draw past the stops.
+  const auto drafter = std::make_shared<CorruptedReplay>(
+      reference.tokens, static_cast<int64_t>(prompt.size()), engine->info().vocab_size);
   for (const bool speculate : {false, true}) {
     const std::string what = speculate ? "speculating" : "plain";
+    const auto generate = [&](const GenerationParams& params, int64_t stop_after = -1) {
+      return Generate(*engine, prompt, speculate, params, stop_after, drafter);
+    };
     // max_tokens.
-    const Run length = Generate(*engine, prompt, speculate, {.max_tokens = 5});
+    const Outcome length = generate({.max_tokens = 5});
     EXPECT_EQ(length.result.reason, FinishReason::kLength) << what;
     EXPECT_EQ(length.result.tokens, 5) << what;
     EXPECT_EQ(length.tokens,
@@ -168,14 +206,13 @@ TEST(Generator, StopRulesEndWithTheirFinishReason) {
     const int32_t end = reference.tokens[7];
     const auto first = std::find(reference.tokens.begin(), reference.tokens.end(), end);
     const auto expected = static_cast<size_t>(first - reference.tokens.begin()) + 1;
-    const Run eos =
-        Generate(*engine, prompt, speculate, {.max_tokens = 30, .end_tokens = {&end, 1}});
+    const Outcome eos = generate({.max_tokens = 30, .end_tokens = {&end, 1}});
     EXPECT_EQ(eos.result.reason, FinishReason::kEos) << what;
     EXPECT_EQ(eos.tokens.size(), expected) << what;
     EXPECT_EQ(eos.tokens.back(), end) << what;
     EXPECT_GE(eos.fed.size(), expected - 1) << what;  // a verify pass may have fed past it
     // The callback's stop.
-    const Run stopped = Generate(*engine, prompt, speculate, {.max_tokens = 30}, 3);
+    const Outcome stopped = generate({.max_tokens = 30}, 3);
     EXPECT_EQ(stopped.result.reason, FinishReason::kStopped) << what;
     EXPECT_EQ(stopped.tokens.size(), 3u) << what;
   }
@@ -184,7 +221,7 @@ TEST(Generator, StopRulesEndWithTheirFinishReason) {
   auto small = Load(static_cast<int64_t>(prompt.size()) + 5);
   ASSERT_NE(small, nullptr);
   for (const bool speculate : {false, true}) {
-    const Run context = Generate(*small, prompt, speculate, {.max_tokens = 30});
+    const Outcome context = Generate(*small, prompt, speculate, {.max_tokens = 30}, -1, drafter);
     EXPECT_EQ(context.result.reason, FinishReason::kContext) << speculate;
     EXPECT_EQ(context.tokens,
               std::vector<int32_t>(reference.tokens.begin(), reference.tokens.begin() + 6))
