@@ -57,6 +57,9 @@ class Sampler {
   // then counts the token that was emitted.
   int32_t Peek(std::span<const float> logits, std::span<const uint8_t> allowed);
   void Record(int32_t token);
+  // Sizes the candidate and penalty buffers for a vocabulary, so that no later draw allocates
+  // (a masked draw otherwise grows them to the most ids it has allowed).
+  void Reserve(size_t vocab);
   // The prompt's tokens, for the repetition penalty's window (before the first draw).
   void SetPrompt(std::span<const int32_t> prompt);
   // Speculative verification (deltafin/speculate.h): draws this position's token exactly as

@@ -87,6 +87,7 @@ struct SpeculativeTotals {
   double seconds = 0;
   double tokens_per_pass() const { return passes > 0 ? double(tokens) / double(passes) : 0; }
   double acceptance() const { return drafted > 0 ? double(accepted) / double(drafted) : 0; }
+  double seconds_per_token() const { return tokens > 0 ? seconds / double(tokens) : 0; }
 };
 
 // Drives a session: after the prompt is prefilled, each Step emits the next tokens. Invariant: the
@@ -105,6 +106,9 @@ class Speculator {
   // The pass of the last Step (rows 0 after the first Step of a Start: that token needed none).
   const SpeculativePass& last_pass() const { return last_; }
   const SpeculativeTotals& totals() const { return totals_; }
+  // The logits the last Step drew its i-th token from (logprobs): the verify pass's row i, or
+  // Session::Logits() after a plain step. Valid until the next Step.
+  std::span<const float> EmittedLogits(size_t i) const;
   // Draft length the policy would choose for `proposed` available drafts now (for tests).
   int64_t ChooseDrafts(int64_t proposed);
 

@@ -6,18 +6,20 @@
 // cgroup before it loads anything, measures the disk with the decode access pattern (random
 // whole-expert reads; with a streamed spine, one step's ring chunks and experts in pass order:
 // weights/read_probe.h; same I/O threads and mode) on the model's own shards, then prefills a fixed
-// prompt and decodes. Per step it records wall time, the engine's byte and time counters and
-// /proc/self/io read_bytes. The report: median seconds per token over the steps after the first,
-// bytes per token, the measured disk bandwidth, the floor = max(disk bytes per token / bandwidth,
-// compute seconds per token), and the floor ratio = s/token / floor; the mean op-family breakdown
-// per token and every step's numbers (--json), and stacked bars of each step's breakdown with its
-// floor (--svg). The parent adds the cgroup's peak memory use.
+// prompt and decodes through the decode driver (deltafin/generator.h). Per step it records wall
+// time, the engine's byte and time counters and /proc/self/io read_bytes. The report: median
+// seconds per token over the steps after the first, bytes per token, the measured disk bandwidth,
+// the floor = max(disk bytes per token / bandwidth, compute seconds per token), and the floor ratio
+// = s/token / floor; the mean op-family breakdown per token and every step's numbers (--json), and
+// stacked bars of each step's breakdown with its floor (--svg). The parent adds the cgroup's peak
+// memory use.
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <vector>
 
 #include "base/byte_size.h"
@@ -26,6 +28,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/token_stats.h"
+#include "deltafin/generator.h"
 #include "deltafin/speculate.h"
 #include "report/svg.h"
 
@@ -58,6 +61,35 @@ double Mean(const std::vector<double>& v) {
   for (double x : v) s += x;
   return v.empty() ? 0 : s / static_cast<double>(v.size());
 }
+
+// A bench generation as the decode driver runs it: its tokens, the disk bytes its passes needed,
+// and, with `steps`, every decode step's numbers (the first token's step, which needs no pass, is
+// not one), logged as it ends. A step's seconds are its pass's (the forward pass and commit).
+class BenchRecorder final : public GenerationCallbacks {
+ public:
+  BenchRecorder(const DeviceBusyClock* device, double disk_bps, std::vector<StepStats>* steps)
+      : meter_(device), disk_bps_(disk_bps), steps_(steps) {}
+  void OnStepStart() override { meter_.Start(); }
+  void OnStep(const GenerationStep& step) override {
+    if (step.index == 0) return;
+    disk_bytes += step.delta.expert_bytes_needed + step.delta.spine_bytes_read;
+    if (steps_ == nullptr) return;
+    const StepStats stats = meter_.Finish(step.delta, step.pass.seconds, step.position - 1);
+    LogInfo("decode " + FormatStep(stats, disk_bps_));
+    steps_->push_back(stats);
+  }
+  bool OnToken(int32_t token, std::span<const float> /*logits*/) override {
+    tokens.push_back(token);
+    return true;
+  }
+  std::vector<int32_t> tokens;
+  uint64_t disk_bytes = 0;
+
+ private:
+  StepMeter meter_;
+  double disk_bps_;
+  std::vector<StepStats>* steps_;
+};
 
 // The child: loads the engine under the limit, measures the disk, decodes, writes JSON.
 Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptions& options) {
@@ -95,100 +127,68 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
   for (int64_t i = 0; i < a.prompt_tokens; ++i) {
     prompt.push_back(static_cast<int32_t>((1 + 7919 * i) % info.vocab_size));
   }
-  std::vector<int32_t> continuation;  // the greedy tokens of the last pass (replay's drafts)
   // The device's busy time counts every process's I/O on it: a neighbour's reads raise it.
   const DeviceBusyClock device_clock(info.model_dir + "/config.json");
-  auto decode_pass = [&](std::vector<StepStats>* steps) -> Status {
+  // One greedy generation of `steps` decode steps (or tokens, when speculating) by the decode
+  // driver, from a fresh prefill of the prompt.
+  auto generate = [&](Generator& generator, int64_t tokens, BenchRecorder& recorder) -> Status {
     session->Reset();
     DF_RETURN_IF_ERROR(session->Prefill(prompt));
-    continuation.clear();
-    for (int64_t s = 0; s < a.steps; ++s) {
-      const int32_t next = ArgmaxToken(session->Logits());
-      continuation.push_back(next);
-      const SessionStats before = session->stats();
-      const uint64_t io_before = ProcReadBytes();
-      const uint64_t faults_before = ProcMajorFaults();
-      const uint64_t busy_before = device_clock.busy_ms();
-      const auto t0 = std::chrono::steady_clock::now();
-      DF_RETURN_IF_ERROR(session->Decode(next));
-      StepStats st;
-      st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      st.delta = Subtract(session->stats(), before);
-      st.proc_read_bytes = ProcReadBytes() - io_before;
-      st.major_faults = ProcMajorFaults() - faults_before;
-      st.device_busy_ms = device_clock.busy_ms() - busy_before;
-      st.position = session->position() - 1;
-      if (steps != nullptr) {
-        LogInfo("decode " + FormatStep(st, disk_before));
-        steps->push_back(st);
-      }
+    const GenerationResult r = generator.Generate(prompt, {.max_tokens = tokens}, recorder);
+    if (r.reason == FinishReason::kContext) {
+      return Status::Error("the context cannot hold --prompt-tokens plus --steps");
     }
-    return Status::Ok();
+    return r.reason == FinishReason::kError ? r.status : Status::Ok();
   };
-  if (a.scenario == "resident") DF_RETURN_IF_ERROR(decode_pass(nullptr));  // warm-up
+  // The baseline: plain decoding. The first token comes from the prompt's logits; the `steps`
+  // after it are the decode steps. The greedy tokens they fed are the continuation replay offers.
+  Generator plain(session.get(), info, {});
+  if (a.scenario == "resident") {  // a first run warms the caches up
+    BenchRecorder warm_up(nullptr, 0, nullptr);
+    DF_RETURN_IF_ERROR(generate(plain, a.steps + 1, warm_up));
+  }
   std::vector<StepStats> steps;
-  DF_RETURN_IF_ERROR(decode_pass(&steps));
+  BenchRecorder baseline(&device_clock, disk_before, &steps);
+  DF_RETURN_IF_ERROR(generate(plain, a.steps + 1, baseline));
+  const std::vector<int32_t> continuation(baseline.tokens.begin(), baseline.tokens.end() - 1);
 
   // Speculation, measured in the same run as the baseline above: `steps` greedy tokens per run,
   // s/token = the passes' wall time / the tokens they produced (the first token, from the
   // prompt's logits, is not counted), bytes per token the same way.
-  struct SpecRun {
-    int64_t k = 0;
-    double s_per_token = 0, tokens_per_pass = 0, bytes_per_token = 0, acceptance = 0;
-  };
-  auto speculative_pass = [&](Drafter* drafter, int64_t k, bool adaptive) -> Result<SpecRun> {
-    session->Reset();
-    DF_RETURN_IF_ERROR(session->Prefill(prompt));
-    SpeculateOptions so;
-    so.draft_max = k;
-    so.adaptive = adaptive;
-    Speculator spec(session.get(), drafter, so, info.context_capacity);
-    spec.Start(prompt);
-    Sampler greedy(SamplingParams{});
-    std::vector<int32_t> out, emitted;
-    DF_RETURN_IF_ERROR(spec.Step(greedy, a.steps, &out));  // the prompt's token: no pass
-    emitted = out;
-    const SessionStats before = session->stats();
-    while (static_cast<int64_t>(emitted.size()) < a.steps) {
-      DF_RETURN_IF_ERROR(spec.Step(greedy, a.steps - static_cast<int64_t>(emitted.size()), &out));
-      emitted.insert(emitted.end(), out.begin(), out.end());
-    }
-    if (emitted != continuation) {
+  auto speculative_pass = [&](std::shared_ptr<Drafter> drafter, int64_t k,
+                              bool adaptive) -> Result<nlohmann::json> {
+    GeneratorOptions speculating;
+    speculating.drafter = std::move(drafter);
+    speculating.speculate.draft_max = k;
+    speculating.speculate.adaptive = adaptive;
+    Generator generator(session.get(), info, std::move(speculating));
+    BenchRecorder recorder(nullptr, 0, nullptr);
+    DF_RETURN_IF_ERROR(generate(generator, a.steps, recorder));
+    if (recorder.tokens != continuation) {
       return Status::Error(
           "speculative greedy tokens differ from plain decoding (k = " + std::to_string(k) + ")");
     }
-    const SessionStats delta = Subtract(session->stats(), before);
-    const SpeculativeTotals& t = spec.totals();
-    SpecRun r;
-    r.k = k;
-    r.s_per_token = t.tokens > 0 ? t.seconds / double(t.tokens) : 0;
-    r.tokens_per_pass = t.tokens_per_pass();
-    r.acceptance = t.acceptance();
-    r.bytes_per_token =
-        t.tokens > 0 ? double(delta.expert_bytes_needed + delta.spine_bytes_read) / double(t.tokens)
-                     : 0;
-    char line[200];
-    std::snprintf(line, sizeof line,
-                  "speculate k=%lld: %.4g s/token, %.2f tokens per pass, acceptance %.1f%%",
-                  static_cast<long long>(k), r.s_per_token, r.tokens_per_pass, 100 * r.acceptance);
-    LogInfo(line);
-    return r;
+    const SpeculativeTotals& t = generator.totals();
+    LogInfo("speculate k=" + std::to_string(k) + ": " + FormatSpeculation(t));
+    return nlohmann::json{
+        {"k", k},
+        {"s_per_token", t.seconds_per_token()},
+        {"tokens_per_pass", t.tokens_per_pass()},
+        {"bytes_per_token", t.tokens > 0 ? double(recorder.disk_bytes) / double(t.tokens) : 0},
+        {"acceptance", t.acceptance()}};
   };
-  nlohmann::json replay = nlohmann::json::array();
-  SpecRun ngram_run;
+  nlohmann::json replay = nlohmann::json::array(), ngram_run;
   if (a.speculate == "replay") {
-    ReplayDrafter drafter(continuation, static_cast<int64_t>(prompt.size()));
+    auto drafter =
+        std::make_shared<ReplayDrafter>(continuation, static_cast<int64_t>(prompt.size()));
     for (int64_t k : {1, 2, 4, 8}) {
       if (k > a.draft_max) break;
-      DF_ASSIGN_OR_RETURN(SpecRun r, speculative_pass(&drafter, k, false));
-      replay.push_back({{"k", k},
-                        {"s_per_token", r.s_per_token},
-                        {"tokens_per_pass", r.tokens_per_pass},
-                        {"bytes_per_token", r.bytes_per_token}});
+      DF_ASSIGN_OR_RETURN(nlohmann::json r, speculative_pass(drafter, k, false));
+      replay.push_back(std::move(r));
     }
   } else if (a.speculate == "ngram") {
-    NgramDrafter drafter;
-    DF_ASSIGN_OR_RETURN(ngram_run, speculative_pass(&drafter, a.draft_max, true));
+    DF_ASSIGN_OR_RETURN(ngram_run,
+                        speculative_pass(std::make_shared<NgramDrafter>(), a.draft_max, true));
   }
   if (info.experts_streamed) {
     DF_ASSIGN_OR_RETURN(disk_after, measure_disk(seed + 1, "after"));
@@ -295,9 +295,9 @@ Result<nlohmann::json> MeasureDecode(const DecodeBenchArgs& a, const EngineOptio
     j["replay"] = replay;
     j["tokens_per_pass"] = replay.empty() ? 1.0 : replay.back().value("tokens_per_pass", 1.0);
   } else if (a.speculate == "ngram") {
-    j["speculate_s_per_token"] = ngram_run.s_per_token;
-    j["tokens_per_pass"] = ngram_run.tokens_per_pass;
-    j["acceptance"] = ngram_run.acceptance;
+    j["speculate_s_per_token"] = ngram_run["s_per_token"];
+    j["tokens_per_pass"] = ngram_run["tokens_per_pass"];
+    j["acceptance"] = ngram_run["acceptance"];
   } else {
     j["tokens_per_pass"] = 1.0;
   }

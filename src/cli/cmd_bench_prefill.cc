@@ -25,6 +25,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/token_stats.h"
+#include "deltafin/generator.h"
 #include "report/svg.h"
 
 namespace deltafin::cli {
@@ -110,7 +111,7 @@ Result<nlohmann::json> MeasurePrefill(const PrefillBenchArgs& a, const EngineOpt
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const uint64_t proc_read = ProcReadBytes() - proc_before;
-  const SessionStats d = Subtract(session->stats(), before);
+  const SessionStats d = StatsSince(session->stats(), before);
 
   const uint64_t expert_floor = d.expert_loads * info.expert_bytes;
   // Bytes that must come from disk: the distinct experts of each wave (streamed experts), and a

@@ -5,9 +5,11 @@
 // with --chat, K3's thinking is dimmed on a terminal, prefixed "thinking: " elsewhere, or hidden
 // (--hide-thinking); special tokens are never printed unless --show-special. A model folder
 // without a tokenizer gets the generated ids instead, space-separated. --ids-out FILE writes the
-// ids as one JSON array. stderr carries the memory plan, the prefill progress line, --stats and
-// the closing summary. --trace FILE writes the router trace (trace/router_trace.h, docs/TRACE.md);
-// --stats and --stats-json report where each token's time and bytes went (cli/token_stats.h).
+// ids as one JSON array. The engine's decode driver (deltafin/generator.h) generates: sampling,
+// speculation and the stop rules are its own. stderr carries the memory plan, the prefill
+// progress line, --stats and the closing summary. --trace FILE writes the router trace
+// (trace/router_trace.h, docs/TRACE.md); --stats and --stats-json report where each token's time
+// and bytes went (cli/token_stats.h).
 //
 // Nothing lost, nothing late: the command line and every output path are checked before the
 // model loads, and an error after the first token still prints (and writes to --ids-out and
@@ -25,6 +27,7 @@
 #include "cli/commands.h"
 #include "cli/live_output.h"
 #include "cli/token_stats.h"
+#include "deltafin/generator.h"
 #include "deltafin/sampler.h"
 #include "deltafin/speculate.h"
 #include "tokenizer/chat.h"
@@ -99,45 +102,24 @@ class StatsReporter {
             {"steps", nlohmann::json::array()}};
   }
   bool enabled() const { return print_ || !json_path_.empty(); }
-  void Begin() {
-    before_ = session_.stats();
-    io_before_ = ProcReadBytes();
-    faults_before_ = ProcMajorFaults();
-    start_ = std::chrono::steady_clock::now();
-  }
-  // `pass`: the speculative pass the step ran (null for prefill), recorded beside its timings.
-  void End(const char* kind, const SpeculativePass* pass = nullptr) {
-    StepStats step;
-    step.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    step.delta = Subtract(session_.stats(), before_);
-    step.proc_read_bytes = ProcReadBytes() - io_before_;
-    step.major_faults = ProcMajorFaults() - faults_before_;
-    step.position = session_.position() - 1;
-    if (print_) LogInfo(std::string(kind) + " " + FormatStep(step, disk_bps_));
-    table_.Add(step, std::string(kind) == "decode");
-    nlohmann::json j = StepJson(step, disk_bps_);
-    j["kind"] = kind;
-    j["positions"] = step.delta.positions;
-    if (pass != nullptr) {
-      j["rows"] = pass->rows;
-      j["drafted"] = pass->drafted;
-      j["accepted"] = pass->accepted;
+  // Around the prefill, which is `run`'s own (the decode driver starts after it).
+  void Begin() { meter_.Start(&session_); }
+  void EndPrefill() { Add("prefill", meter_.Finish(session_), nullptr); }
+  // Around each decode or verify step of the driver.
+  void StartStep() { meter_.Start(); }
+  void EndStep(const GenerationStep& step) {
+    Add(step.pass.rows == 1 ? "decode" : "verify",
+        meter_.Finish(step.delta, step.seconds, step.position - 1), &step.pass);
+    if (print_ && step.pass.rows > 1) {
+      LogInfo("speculate: drafted " + std::to_string(step.pass.drafted) + ", accepted " +
+              std::to_string(step.pass.accepted) + ", rows " + std::to_string(step.pass.rows));
     }
-    doc_["steps"].push_back(std::move(j));
   }
   // The speculation summary --stats prints (passes, drafts, acceptance, tokens per pass), and
   // whether speculation ran at all (off, or turned off by --trace: every pass then has 1 row).
   void Speculation(bool enabled, const SpeculativeTotals& t) {
-    doc_["speculation"] = {
-        {"enabled", enabled},
-        {"passes", t.passes},
-        {"tokens", t.tokens},
-        {"drafted", t.drafted},
-        {"accepted", t.accepted},
-        {"tokens_per_pass", t.tokens_per_pass()},
-        {"acceptance", t.acceptance()},
-        {"seconds", t.seconds},
-        {"seconds_per_token", t.tokens > 0 ? t.seconds / double(t.tokens) : 0.0}};
+    if (print_ && enabled) LogInfo("speculate: " + FormatSpeculation(t));
+    doc_["speculation"] = SpeculationJson(enabled, t);
   }
   // `--stats`: the op-family summary table (cli/token_stats.h) after the last step.
   void PrintSummary() const {
@@ -154,49 +136,64 @@ class StatsReporter {
   }
 
  private:
+  // `pass`: the speculative pass the step ran (null for prefill), recorded beside its timings.
+  void Add(const char* kind, const StepStats& step, const SpeculativePass* pass) {
+    if (print_) LogInfo(std::string(kind) + " " + FormatStep(step, disk_bps_));
+    table_.Add(step, std::string(kind) == "decode");
+    nlohmann::json j = StepJson(step, disk_bps_);
+    j["kind"] = kind;
+    j["positions"] = step.delta.positions;
+    if (pass != nullptr) {
+      j["rows"] = pass->rows;
+      j["drafted"] = pass->drafted;
+      j["accepted"] = pass->accepted;
+    }
+    doc_["steps"].push_back(std::move(j));
+  }
+
   bool print_;
   std::string json_path_;
   const Engine& engine_;
   const Session& session_;
   double disk_bps_ = 0;
   nlohmann::json doc_;
-  SessionStats before_;
-  uint64_t io_before_ = 0;
-  uint64_t faults_before_ = 0;
-  std::chrono::steady_clock::time_point start_;
+  StepMeter meter_;
   OpBreakdownTable table_;
 };
 
-// Generated ids → what stdout shows: K3's channels through the chat parser (--chat), the plain
-// text through the incremental detokenizer, or the ids themselves when there is no tokenizer.
-class GeneratedText {
+// What `run` does with the decode driver's output: each step to --stats and the router trace;
+// each token to the ids list and stdout: K3's channels through the chat parser (--chat), the
+// plain text through the incremental detokenizer, or the ids themselves when there is no
+// tokenizer. The first error (a trace write, a token the text cannot take) stops the generation
+// and is kept for the report, with everything before it.
+class RunOutput final : public GenerationCallbacks {
  public:
-  GeneratedText(const tokenizer::Tokenizer* tok, const RunArgs& args, TextPrinter* printer)
-      : tok_(tok), printer_(printer) {
-    if (tok_ == nullptr) return;
+  RunOutput(const tokenizer::Tokenizer* tok, const RunArgs& args, TextPrinter* printer,
+            StatsReporter* stats, RouterTraceWriter* trace)
+      : printer_(printer), ignore_eos_(args.ignore_eos), stats_(stats), trace_(trace) {
+    generated.reserve(static_cast<size_t>(args.max_new));
+    if (tok == nullptr) return;
     if (args.chat && !args.show_special) {
-      chat_.emplace(*tok_, !args.no_thinking);
+      chat_.emplace(*tok, !args.no_thinking);
     } else {
-      plain_.emplace(*tok_, args.show_special);
+      plain_.emplace(*tok, args.show_special);
     }
   }
-  // Shows what `id` completes. True when the chat parser saw the end of the message.
-  Result<bool> Feed(int32_t id) {
-    if (chat_) {
-      tokenizer::ChatDelta delta;
-      DF_RETURN_IF_ERROR(chat_->Feed(id, &delta));
-      Show(delta);
-      return delta.done;
-    }
-    if (plain_) {
-      text_.clear();
-      DF_RETURN_IF_ERROR(plain_->Feed(id, &text_));
-      printer_->Content(text_);
-      return false;
-    }
-    printer_->Content((first_ ? "" : " ") + std::to_string(id));
-    first_ = false;
-    return false;
+  void OnStepStart() override {
+    if (stats_->enabled()) stats_->StartStep();
+  }
+  void OnStep(const GenerationStep& step) override {
+    if (step.index == 0 || !status.ok()) return;  // the first token needs no pass
+    if (stats_->enabled()) stats_->EndStep(step);
+    // A trace decodes without speculation: the step fed the last token shown.
+    if (trace_) status = trace_->WritePositions(step.position - 1, {&generated.back(), 1});
+  }
+  bool OnToken(int32_t id, std::span<const float> /*logits*/) override {
+    if (!status.ok()) return false;
+    generated.push_back(id);
+    auto end = Show(id);
+    if (!end.ok()) status = end.status();
+    return end.ok() && (!*end || ignore_eos_);  // the chat parser saw the end of the message
   }
   // Shows what is held back (a partial character becomes U+FFFD) and ends the last line.
   void Finish() {
@@ -211,8 +208,27 @@ class GeneratedText {
     }
     printer_->Finish();
   }
+  std::vector<int32_t> generated;
+  Status status = Status::Ok();
 
  private:
+  // Shows what `id` completes. True when the chat parser saw the end of the message.
+  Result<bool> Show(int32_t id) {
+    if (chat_) {
+      tokenizer::ChatDelta delta;
+      DF_RETURN_IF_ERROR(chat_->Feed(id, &delta));
+      Show(delta);
+      return delta.done;
+    }
+    if (plain_) {
+      text_.clear();
+      DF_RETURN_IF_ERROR(plain_->Feed(id, &text_));
+      printer_->Content(text_);
+      return false;
+    }
+    printer_->Content((generated.size() == 1 ? "" : " ") + std::to_string(id));
+    return false;
+  }
   void Show(const tokenizer::ChatDelta& delta) {
     printer_->Reasoning(delta.reasoning);
     printer_->Content(delta.content);
@@ -221,12 +237,13 @@ class GeneratedText {
     }
   }
 
-  const tokenizer::Tokenizer* tok_;
   TextPrinter* printer_;
+  const bool ignore_eos_;
+  StatsReporter* stats_;
+  RouterTraceWriter* trace_;
   std::optional<tokenizer::ChatOutputParser> chat_;
   std::optional<tokenizer::StreamDetokenizer> plain_;
   std::string text_;
-  bool first_ = true;
 };
 
 std::string IdsJson(const std::vector<int32_t>& ids) {
@@ -326,20 +343,22 @@ int RunGenerate(const RunArgs& args) {
   sampling.presence_penalty = args.presence_penalty;
   sampling.repetition_penalty = args.repeat_penalty;
   sampling.repeat_last_n = args.repeat_last_n;
-  Sampler sampler(sampling);
-  if (ids.ok()) sampler.SetPrompt(*ids);
-  const int32_t end_of_message =
-      args.chat && tok.ok() ? (*tok)->SpecialId("<|end_of_msg|>") : int32_t{-1};
+  // The ends of the answer: the end of text and, with --chat, of the message.
+  std::vector<int32_t> end_tokens;
+  if (!args.ignore_eos) {
+    end_tokens.push_back(static_cast<int32_t>(info.eos_token_id));
+    if (args.chat && tok.ok()) end_tokens.push_back((*tok)->SpecialId("<|end_of_msg|>"));
+  }
 
   TextPrinter printer(stdout, args.hide_thinking        ? ThinkingStyle::kHide
                               : ::isatty(STDOUT_FILENO) ? ThinkingStyle::kDim
                                                         : ThinkingStyle::kPrefix);
-  GeneratedText text(tok.ok() ? tok->get() : nullptr, args, &printer);
   const bool stderr_tty = ::isatty(STDERR_FILENO) != 0;
   PrefillProgressLine progress(stderr, stderr_tty);
   const bool show_progress = (stderr_tty || args.progress) && !args.no_progress;
 
   StatsReporter stats(args, **engine, *session);
+  RunOutput output(tok.ok() ? tok->get() : nullptr, args, &printer, &stats, trace.get());
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   if (stats.enabled()) stats.Begin();
@@ -350,72 +369,29 @@ int RunGenerate(const RunArgs& args) {
   });
   progress.Finish();
   if (!st.ok()) return Fail(st);
-  if (stats.enabled()) stats.End("prefill");
+  if (stats.enabled()) stats.EndPrefill();
   if (trace) {
     st = trace->WritePositions(0, *ids);
     if (!st.ok()) return Fail(st);
   }
 
-  // From the first generated token on, an error ends the loop but loses nothing.
+  // From the first generated token on, an error ends the generation but loses nothing.
   const auto t1 = Clock::now();
-  std::vector<int32_t> generated;
-  generated.reserve(static_cast<size_t>(args.max_new));
-  NgramDrafter ngram;
-  SpeculateOptions spec_options;
-  spec_options.draft_max = args.draft_max;
-  Speculator speculator(session.get(), speculate ? &ngram : nullptr, spec_options,
-                        info.context_capacity);
-  speculator.Start(*ids);
-  std::vector<int32_t> step;
-  step.reserve(static_cast<size_t>(args.draft_max) + 1);
-  bool done = false;
-  for (bool first = true; !done && static_cast<int64_t>(generated.size()) < args.max_new;
-       first = false) {
-    const int64_t position = session->position();
-    if (!first && stats.enabled()) stats.Begin();
-    st = speculator.Step(sampler, args.max_new - static_cast<int64_t>(generated.size()), &step);
-    if (!st.ok()) break;
-    if (!first) {
-      const SpeculativePass& pass = speculator.last_pass();
-      if (stats.enabled()) stats.End(pass.rows == 1 ? "decode" : "verify", &pass);
-      if (args.stats && pass.rows > 1) {
-        LogInfo("speculate: drafted " + std::to_string(pass.drafted) + ", accepted " +
-                std::to_string(pass.accepted) + ", rows " + std::to_string(pass.rows));
-      }
-      if (trace) {
-        st = trace->WritePositions(position, {&generated.back(), 1});
-        if (!st.ok()) break;
-      }
-    }
-    for (const int32_t next : step) {
-      generated.push_back(next);
-      auto end = text.Feed(next);
-      if (!end.ok()) {
-        st = end.status();
-        done = true;
-        break;
-      }
-      const bool stop = next == info.eos_token_id || next == end_of_message || *end;
-      if (stop && !args.ignore_eos) {
-        done = true;
-        break;
-      }
-    }
+  GeneratorOptions options;
+  if (speculate) options.drafter = std::make_shared<NgramDrafter>();
+  options.speculate.draft_max = args.draft_max;
+  Generator generator(session.get(), info, std::move(options));
+  const GenerationResult result = generator.Generate(
+      *ids, {.sampling = sampling, .max_tokens = args.max_new, .end_tokens = end_tokens}, output);
+  st = !output.status.ok() ? output.status : result.status;
+  if (result.reason == FinishReason::kContext) {
+    LogInfo("the context is full (" + std::to_string(info.context_capacity) +
+            " positions): generation stopped");
   }
-  if (args.stats && speculate) {
-    const SpeculativeTotals& t = speculator.totals();
-    char line[200];
-    std::snprintf(line, sizeof line,
-                  "speculate: %lld passes, %.2f tokens per pass, acceptance %.1f%% (%lld of %lld "
-                  "drafts), %.4f s per token",
-                  static_cast<long long>(t.passes), t.tokens_per_pass(), 100 * t.acceptance(),
-                  static_cast<long long>(t.accepted), static_cast<long long>(t.drafted),
-                  t.tokens > 0 ? t.seconds / double(t.tokens) : 0.0);
-    LogInfo(line);
-  }
-  if (stats.enabled()) stats.Speculation(speculate, speculator.totals());
+  if (stats.enabled()) stats.Speculation(generator.speculated(), generator.totals());
   const auto t2 = Clock::now();
-  text.Finish();
+  output.Finish();
+  const std::vector<int32_t>& generated = output.generated;
   if (trace) {
     session->SetObserver(nullptr);
     Status closed = trace->Close();

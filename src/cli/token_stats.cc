@@ -9,9 +9,12 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
+
+#include "deltafin/generator.h"
 
 namespace deltafin::cli {
 
@@ -55,22 +58,31 @@ uint64_t ProcReadBytes() {
   return 0;
 }
 
-SessionStats Subtract(const SessionStats& a, const SessionStats& b) {
-  SessionStats d;
-  d.positions = a.positions - b.positions;
-  d.forward_calls = a.forward_calls - b.forward_calls;
-  d.expert_loads = a.expert_loads - b.expert_loads;
-  d.expert_cache_hits = a.expert_cache_hits - b.expert_cache_hits;
-  d.prefetch_hits = a.prefetch_hits - b.prefetch_hits;
-  d.prefetch_issued = a.prefetch_issued - b.prefetch_issued;
-  d.prefetch_wasted = a.prefetch_wasted - b.prefetch_wasted;
-  d.expert_bytes_read = a.expert_bytes_read - b.expert_bytes_read;
-  d.expert_bytes_needed = a.expert_bytes_needed - b.expert_bytes_needed;
-  d.spine_bytes_read = a.spine_bytes_read - b.spine_bytes_read;
-  d.io_wait_seconds = a.io_wait_seconds - b.io_wait_seconds;
-  d.compute_seconds = a.compute_seconds - b.compute_seconds;
-  for (size_t f = 0; f < kOpFamilyCount; ++f) d.op_seconds[f] = a.op_seconds[f] - b.op_seconds[f];
-  return d;
+void StepMeter::Start(const Session* session) {
+  if (session != nullptr) {
+    session_before_ = session->stats();
+    start_ = std::chrono::steady_clock::now();
+  }
+  io_before_ = ProcReadBytes();
+  faults_before_ = ProcMajorFaults();
+  busy_before_ = device_ != nullptr ? device_->busy_ms() : 0;
+}
+
+StepStats StepMeter::Finish(const SessionStats& delta, double seconds, int64_t position) const {
+  StepStats step;
+  step.position = position;
+  step.seconds = seconds;
+  step.delta = delta;
+  step.proc_read_bytes = ProcReadBytes() - io_before_;
+  step.major_faults = ProcMajorFaults() - faults_before_;
+  if (device_ != nullptr) step.device_busy_ms = device_->busy_ms() - busy_before_;
+  return step;
+}
+
+StepStats StepMeter::Finish(const Session& session) const {
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  return Finish(StatsSince(session.stats(), session_before_), seconds, session.position() - 1);
 }
 
 double StepStats::FloorSeconds(double disk_bps) const {
@@ -130,6 +142,29 @@ nlohmann::json OpsJson(const SessionStats& d) {
     ops[OpFamilyName(static_cast<OpFamily>(f))] = d.op_seconds[f];
   }
   return ops;
+}
+
+std::string FormatSpeculation(const SpeculativeTotals& t) {
+  char line[200];
+  std::snprintf(
+      line, sizeof line,
+      "%lld passes, %.2f tokens per pass, acceptance %.1f%% (%lld of %lld drafts), %.4f s "
+      "per token",
+      static_cast<long long>(t.passes), t.tokens_per_pass(), 100 * t.acceptance(),
+      static_cast<long long>(t.accepted), static_cast<long long>(t.drafted), t.seconds_per_token());
+  return line;
+}
+
+nlohmann::json SpeculationJson(bool enabled, const SpeculativeTotals& t) {
+  return {{"enabled", enabled},
+          {"passes", t.passes},
+          {"tokens", t.tokens},
+          {"drafted", t.drafted},
+          {"accepted", t.accepted},
+          {"tokens_per_pass", t.tokens_per_pass()},
+          {"acceptance", t.acceptance()},
+          {"seconds", t.seconds},
+          {"seconds_per_token", t.seconds_per_token()}};
 }
 
 void OpBreakdownTable::Add(const StepStats& step, bool decode) {

@@ -1,16 +1,19 @@
 // Per-token accounting for `run --stats` and `bench decode`: where one decode step's time and
-// bytes went (SessionStats differences), the bytes the kernel says the process read
-// (/proc/self/io), and the floor: the step's disk bytes at the measured disk bandwidth, or its
-// compute time when that is larger (docs/STREAMING.md, "What `--stats` reports").
+// bytes went (the decode driver's SessionStats difference, deltafin/generator.h), the bytes the
+// kernel says the process read (/proc/self/io, StepMeter), and the floor: the step's disk bytes at
+// the measured disk bandwidth, or its compute time when that is larger (docs/STREAMING.md, "What
+// `--stats` reports").
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "deltafin/engine.h"
+#include "deltafin/speculate.h"
 
 namespace deltafin::cli {
 
@@ -55,7 +58,27 @@ struct StepStats {
   double FloorSeconds(double disk_bps) const;
 };
 
-SessionStats Subtract(const SessionStats& after, const SessionStats& before);
+// The process's side of one step: StepMeter::Start snapshots the counters the engine does not
+// keep (the kernel's read bytes and major faults, the model device's busy time) before a step
+// (GenerationCallbacks::OnStepStart, or before a prefill); Finish joins them to the engine's
+// numbers of the step. Both commands' per-step lines come from here.
+class StepMeter {
+ public:
+  explicit StepMeter(const DeviceBusyClock* device = nullptr) : device_(device) {}
+  // `session`: also snapshots its counters and the time, for a step the decode driver does not
+  // measure (a prefill), which Finish(session) then ends.
+  void Start(const Session* session = nullptr);
+  // `delta` and `seconds`: the engine's counters and the wall time of the step; `position`: that
+  // of the last token it fed.
+  StepStats Finish(const SessionStats& delta, double seconds, int64_t position) const;
+  StepStats Finish(const Session& session) const;
+
+ private:
+  const DeviceBusyClock* device_;
+  uint64_t io_before_ = 0, faults_before_ = 0, busy_before_ = 0;
+  SessionStats session_before_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 // One human line: time, bytes, hits, I/O wait vs compute, achieved GB/s, floor and ratio; then an
 // indented line with the step's op-family breakdown (FormatOps).
@@ -71,6 +94,12 @@ nlohmann::json OpsJson(const SessionStats& delta);
 nlohmann::json DrivesJson(const std::vector<DriveStats>& drives);
 std::string FormatDrives(const std::vector<DriveStats>& drives);
 double OpsSum(const SessionStats& delta);
+
+// A generation's speculation (the decode driver's totals): "N passes, X tokens per pass,
+// acceptance Y% (A of D drafts), Z s per token", and as `run --stats-json`'s `speculation`
+// object; `enabled`: whether the generation speculated at all.
+std::string FormatSpeculation(const SpeculativeTotals& totals);
+nlohmann::json SpeculationJson(bool enabled, const SpeculativeTotals& totals);
 
 // The summary table at the end of `run --stats`: per op family, the prefill seconds and the
 // decode milliseconds per token with their share of the measured wall time; then the sum of the

@@ -23,6 +23,12 @@ void Sampler::Size(size_t vocab) {
   produced_.reserve(vocab);
 }
 
+void Sampler::Reserve(size_t vocab) {
+  cand_.reserve(vocab);
+  probs_.reserve(vocab);
+  if (params_.penalized()) Size(vocab);
+}
+
 void Sampler::SetPrompt(std::span<const int32_t> prompt) {
   if (window_.empty()) return;
   for (int32_t t : prompt) {

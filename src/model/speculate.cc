@@ -53,6 +53,12 @@ double Speculator::Now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+std::span<const float> Speculator::EmittedLogits(size_t i) const {
+  if (last_.rows <= 1) return session_->Logits();
+  const size_t vocab = session_->Logits().size();
+  return {logits_.data() + i * vocab, vocab};
+}
+
 void Speculator::Start(std::span<const int32_t> prompt) {
   context_.assign(prompt.begin(), prompt.end());
   has_next_ = false;

@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "base/log.h"
-#include "deltafin/sampler.h"
-#include "deltafin/speculate.h"
+#include "deltafin/generator.h"
 
 namespace deltafin::server {
 
@@ -17,18 +17,29 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-// The step from `before` (stats and time at the previous token) to now.
-StepTiming StepSince(const SessionStats& before, Clock::time_point since, const SessionStats& now) {
-  StepTiming t;
-  t.wall_s = Seconds(since);
-  t.io_wait_s = now.io_wait_seconds - before.io_wait_seconds;
-  t.compute_s = now.compute_seconds - before.compute_seconds;
-  t.expert_bytes_read = now.expert_bytes_read - before.expert_bytes_read;
-  t.experts_needed = now.expert_loads - before.expert_loads;
-  t.experts_in_ram = now.expert_cache_hits - before.expert_cache_hits;
-  t.positions = static_cast<int64_t>(now.positions - before.positions);
-  return t;
-}
+// The job's constraint as the driver's TokenConstraint; its closing also marks the job, whose
+// answer then reports that the budget ended it.
+class JobConstraint final : public TokenConstraint {
+ public:
+  explicit JobConstraint(Job& job) : job_(job), c_(*job.constraint) {}
+  bool Active() const override { return c_.Active(); }
+  bool Ended() const override { return c_.Ended(); }
+  int64_t Mask(std::span<uint8_t> allowed) override { return c_.Mask(allowed); }
+  bool Accept(int32_t token) override { return c_.Accept(token); }
+  int64_t CloseCost() override { return c_.CloseCost(); }
+  int64_t CloseCostAfter(int32_t token) override { return c_.CloseCostAfter(token); }
+  void BeginClosing() override {
+    c_.BeginClosing();
+    std::lock_guard lock(job_.mu);
+    job_.budget_closed = true;
+  }
+  bool closing() const override { return c_.closing(); }
+
+ private:
+  Job& job_;
+  constrain::TokenConstraint& c_;
+};
+
 }  // namespace
 
 void ComputeLogprob(std::span<const float> logits, int32_t token, int k, TokenLogprob* out) {
@@ -66,15 +77,11 @@ Scheduler::Scheduler(const Engine& engine, int max_queue, int64_t prefill_piece,
       prefill_piece_(std::max<int64_t>(1, prefill_piece)),
       metrics_(metrics),
       cache_(cache),
-      draft_max_(draft_max),
       session_(engine.NewSession()) {
-  if (draft_max_ > 0 && session_->max_verify_rows() > 1) {
-    SpeculateOptions options;
-    options.draft_max = draft_max_;
-    speculator_ = std::make_unique<Speculator>(session_.get(), &drafter_, options,
-                                               engine.info().context_capacity);
-    pass_tokens_.reserve(static_cast<size_t>(draft_max_) + 1);
-  }
+  GeneratorOptions options;
+  if (draft_max > 0) options.drafter = std::make_shared<NgramDrafter>();
+  options.speculate.draft_max = draft_max;
+  generator_ = std::make_unique<Generator>(session_.get(), engine.info(), std::move(options));
   worker_ = std::thread([this] { Run(); });
 }
 
@@ -282,140 +289,91 @@ void Scheduler::Process(Job& job) {
 
 Job::End Scheduler::Generate(Job& job, size_t reuse, const SessionStats& before,
                              Clock::time_point since, int64_t* generated, std::string* error) {
-  auto should_end = [&] { return job.cancelled.load() || job.stop_requested.load(); };
-  const std::vector<int32_t>& prompt = job.prompt;
-  const ModelInfo& info = engine_.info();
-  Sampler sampler(job.sampling);
-  sampler.SetPrompt(prompt);  // the repetition penalty's window starts in the prompt
-  SessionStats step_stats = before;
-  auto step_start = since;
-  // Hands one token to the reader with the engine work since the previous hand-off (a verify
-  // pass's work goes with its first token, its other tokens carry none). Returns true when the
-  // answer ends here (EOS, length, context, cancelled, stop).
-  Job::End end = Job::End::kLength;
-  TokenLogprob logprob;  // the next token's, when the job asks for logprobs
-  auto emit = [&](int32_t next, bool first_of_pass) {
-    StepTiming step;
-    if (first_of_pass) {
-      const SessionStats& now = session_->stats();
-      step = StepSince(step_stats, step_start, now);
-      step_stats = now;
-      step_start = Clock::now();
+  // Hands each token to the reader with the engine work since the previous hand-off (a verify
+  // pass's work goes with its first token, its other tokens carry none; the first token's with
+  // the prefill's), its logprob when asked for, and asks the driver to stop once the reader has
+  // all it needs or the client is gone.
+  class ToReader final : public GenerationCallbacks {
+   public:
+    ToReader(Scheduler& s, Job& job, size_t reuse, const SessionStats& before,
+             Clock::time_point since)
+        : s_(s), job_(job), reuse_(reuse), prefill_before_(before), since_(since) {}
+    void OnStep(const GenerationStep& step) override {
+      s_.PublishStats();
+      if (s_.generator_->speculated()) {
+        s_.metrics_->AddSpeculation(step.pass.rows, step.pass.drafted, step.pass.accepted);
+      }
+      const SessionStats delta =
+          step.index == 0 ? StatsSince(s_.session_->stats(), prefill_before_) : step.delta;
+      timing_ = {};
+      timing_.wall_s = Seconds(since_);
+      timing_.io_wait_s = delta.io_wait_seconds;
+      timing_.compute_s = delta.compute_seconds;
+      timing_.expert_bytes_read = delta.expert_bytes_read;
+      timing_.experts_needed = delta.expert_loads;
+      timing_.experts_in_ram = delta.expert_cache_hits;
+      timing_.positions = static_cast<int64_t>(delta.positions);
+      since_ = Clock::now();
     }
-    {
-      std::lock_guard lock(job.mu);
-      job.tokens.push_back(next);
-      job.steps.push_back(step);
-      if (job.top_logprobs >= 0) job.logprobs.push_back(logprob);
+    bool OnToken(int32_t token, std::span<const float> logits) override {
+      TokenLogprob logprob;
+      if (job_.top_logprobs >= 0) ComputeLogprob(logits, token, job_.top_logprobs, &logprob);
+      {
+        std::lock_guard lock(job_.mu);
+        job_.tokens.push_back(token);
+        job_.steps.push_back(timing_);
+        if (job_.top_logprobs >= 0) job_.logprobs.push_back(logprob);
+      }
+      timing_ = {};
+      job_.cv.notify_all();
+      // The whole prompt's state, once its first token is with the reader (Logits() still hold
+      // it).
+      if (first_ && s_.cache_ != nullptr && reuse_ < job_.prompt.size()) s_.Snapshot(job_.prompt);
+      first_ = false;
+      return !job_.cancelled.load() && !job_.stop_requested.load();
     }
-    job.cv.notify_all();
-    // The whole prompt's state, once its first token is with the reader (Logits() still hold it).
-    if (*generated == 0 && cache_ != nullptr && reuse < prompt.size()) Snapshot(prompt);
-    ++*generated;
-    if (next == info.eos_token_id) {
-      end = Job::End::kEos;
-      return true;
-    }
-    if (*generated >= job.max_tokens || session_->position() >= info.context_capacity) return true;
-    if (should_end()) {
-      end = job.IsCancelled() ? Job::End::kCancelled : Job::End::kEos;
-      return true;
-    }
-    return false;
+
+   private:
+    Scheduler& s_;
+    Job& job_;
+    const size_t reuse_;
+    const SessionStats prefill_before_;
+    Clock::time_point since_;
+    StepTiming timing_;
+    bool first_ = true;
   };
-  auto fail = [&](const Status& st) {
+
+  std::optional<JobConstraint> constraint;
+  if (job.constraint) constraint.emplace(job);
+  const int32_t eos = static_cast<int32_t>(engine_.info().eos_token_id);
+  GenerationParams params;
+  params.sampling = job.sampling;
+  params.max_tokens = job.max_tokens;
+  params.end_tokens = {&eos, 1};
+  params.constraint = constraint ? &*constraint : nullptr;
+  ToReader reader(*this, job, reuse, before, since);
+  const GenerationResult result = generator_->Generate(job.prompt, params, reader);
+  *generated = result.tokens;
+  if (result.reason == FinishReason::kError) {
+    // The session's state is unknown after a failed pass: the next job starts afresh.
     session_->Reset();
     fed_.clear();
-    *error = st.message();
+    *error = result.status.message();
     return Job::End::kError;
-  };
-
-  const bool speculate = speculator_ != nullptr && !job.constraint && job.top_logprobs < 0 &&
-                         (job.sampling.temperature <= 0 || !job.sampling.seed);
-  if (speculate) {
-    // The drafter's context: the prompt (earlier turns included) and the answer.
-    speculator_->Start(prompt);
-    std::vector<int32_t>& tokens = pass_tokens_;
-    // The Speculator has fed the session every token it emitted except the last: fed_ follows,
-    // including tokens verified past an EOS or the length limit that the reader never sees (the
-    // next job's reuse check then finds the session is not a prefix of its prompt).
-    bool have_pending = false;
-    int32_t pending = 0;
-    for (;;) {
-      Status st = speculator_->Step(sampler, job.max_tokens - *generated, &tokens);
-      PublishStats();
-      if (!st.ok()) return fail(st);
-      const SpeculativePass& pass = speculator_->last_pass();
-      metrics_->AddSpeculation(pass.rows, pass.drafted, pass.accepted);
-      for (int32_t t : tokens) {
-        if (have_pending) fed_.push_back(pending);
-        pending = t;
-        have_pending = true;
-      }
-      for (size_t i = 0; i < tokens.size(); ++i) {
-        if (emit(tokens[i], i == 0)) return end;
-      }
-    }
   }
-
-  std::vector<uint8_t> allowed;  // the constraint's mask, reused for every token
-  if (job.constraint) allowed.resize(static_cast<size_t>(info.vocab_size));
-  for (;;) {
-    int32_t next = -1;
-    constrain::TokenConstraint* c = job.constraint.get();
-    if (c != nullptr && c->Active()) {
-      next = ConstrainedDraw(job, sampler, allowed, job.max_tokens - *generated);
-      if (next < 0) {
-        *error = "constrained decoding: no token of the vocabulary continues the output";
-        return Job::End::kError;
-      }
-    } else {
-      next = sampler.Sample(session_->Logits());
-      if (c != nullptr) c->Accept(next);  // free: the constraint only follows
-    }
-    if (job.top_logprobs >= 0) ComputeLogprob(session_->Logits(), next, job.top_logprobs, &logprob);
-    if (emit(next, true)) return end;
-    if (c != nullptr && c->Ended()) return Job::End::kEos;
-    Status st = session_->Decode(next);
-    PublishStats();
-    if (!st.ok()) return fail(st);
-    fed_.push_back(next);
+  // What the session now holds, for the next job's reuse check: tokens a verify pass drew past the
+  // end are in it too (the next prompt then does not match, and the session starts afresh).
+  const std::span<const int32_t> fed = generator_->fed();
+  fed_.insert(fed_.end(), fed.begin(), fed.end());
+  switch (result.reason) {
+    case FinishReason::kLength:
+    case FinishReason::kContext:
+      return Job::End::kLength;
+    case FinishReason::kStopped:
+      return job.IsCancelled() ? Job::End::kCancelled : Job::End::kEos;
+    default:
+      return Job::End::kEos;  // EOS, or the constraint's output complete
   }
-}
-
-// One constrained token within the budget (docs/SERVER.md "Budget-aware closing"). `budget` =
-// tokens the answer may still take, this one included. The invariant is CloseCost() <= budget:
-// a drawn token is kept only when its shortest ending still fits in the tokens after it (else it
-// is taken out of the mask and the draw repeats, which is the same distribution restricted to
-// the tokens that fit); when the shortest ending takes the whole budget, it is emitted as is.
-int32_t Scheduler::ConstrainedDraw(Job& job, Sampler& sampler, std::vector<uint8_t>& allowed,
-                                   int64_t budget) {
-  constrain::TokenConstraint& c = *job.constraint;
-  auto close = [&] {
-    c.BeginClosing();
-    std::lock_guard lock(job.mu);
-    job.budget_closed = true;
-  };
-  const int64_t cost = c.closing() ? -1 : c.CloseCost();
-  if (cost >= 0 && cost >= budget) close();
-  int32_t next = -1;
-  if (c.Mask(allowed) > 0) {
-    for (;;) {
-      next = sampler.Peek(session_->Logits(), allowed);
-      if (next < 0 || c.closing() || cost < 0) break;
-      const int64_t after = c.CloseCostAfter(next);
-      if (after >= 0 && after <= budget - 1) break;
-      allowed[static_cast<size_t>(next)] = 0;  // its shortest ending no longer fits
-    }
-  }
-  if (next < 0 && !c.closing() && cost >= 0) {
-    // No drawn token fits: the shortest ending does (CloseCost() <= budget).
-    close();
-    if (c.Mask(allowed) > 0) next = sampler.Peek(session_->Logits(), allowed);
-  }
-  if (next < 0 || !c.Accept(next)) return -1;
-  sampler.Record(next);
-  return next;
 }
 
 }  // namespace deltafin::server

@@ -11,10 +11,11 @@
 // answer), only the rest of the prompt is prefilled; anything else resets the Session. This is
 // exact: the state after feeding a sequence does not depend on how it was split.
 //
-// Speculative decoding (optional): an unconstrained job whose answer is greedy or unseeded is
-// decoded by a Speculator, whose output is exactly plain decoding's (greedy: the same tokens;
-// sampled: the same distribution). Seeded sampled jobs and JSON-constrained ones decode plainly:
-// the policy's choice of drafts follows measured time, so a seed's tokens would depend on timing.
+// Decoding: the worker prefills, then hands the session to the engine's decode driver
+// (deltafin/generator.h), which samples, applies the job's constraint, speculates when its rule
+// allows (n-gram drafts over the whole prompt, earlier turns included; never for a constrained
+// job) and stops at EOS or max_tokens; the worker passes each token, its timing and logprob to
+// the reader and stops the driver when the job is cancelled or the reader has all it needs.
 //
 // Prefix cache (prefix_cache.h, optional): before prefilling, the worker restores the longest
 // cached prefix of the prompt when it is longer than the reusable conversation state; the prefill
@@ -38,8 +39,8 @@
 
 #include "constrain/json_constraint.h"
 #include "deltafin/engine.h"
+#include "deltafin/generator.h"
 #include "deltafin/sampler.h"
-#include "deltafin/speculate.h"
 #include "server/metrics.h"
 #include "server/output.h"
 #include "server/prefix_cache.h"
@@ -53,8 +54,8 @@ struct Job {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   int64_t max_tokens = 0;  // > 0
-  // Logprobs: -1 = none; else each generated token's (with this many alternatives) in `logprobs`.
-  // Such a job decodes without speculation, so its logits are the plain decode's.
+  // Logprobs: -1 = none; else each generated token's (with this many alternatives) in `logprobs`,
+  // from the logits it was drawn from (a verify row's are bit for bit a plain decode's).
   int top_logprobs = -1;
   // The prompt's own logprobs (completions echo): positions 1.. in `prompt_logprobs`, with
   // prompt_top alternatives. The whole prompt is then prefilled (no reuse, no prefix cache), its
@@ -106,8 +107,8 @@ class Scheduler {
   // prefill_piece: prompt tokens fed per Prefill call (cancellation is checked between pieces).
   // `cache` (optional, not owned) is the prefix cache.
   // `draft_max` > 0: decode with lossless speculation (deltafin/speculate.h, n-gram drafts over
-  // the whole prompt, earlier turns included) when the job allows it; the engine's sessions must
-  // reserve that many drafts (EngineOptions::max_draft).
+  // the whole prompt, earlier turns included) when the driver's rule allows it; the engine's
+  // sessions must reserve that many drafts (EngineOptions::max_draft).
   Scheduler(const Engine& engine, int max_queue, int64_t prefill_piece, Metrics* metrics,
             PrefixCache* cache = nullptr, int64_t draft_max = 0);
   ~Scheduler();  // stops the worker (running and queued jobs end as cancelled)
@@ -128,33 +129,24 @@ class Scheduler {
   void PublishStats();
   // Snapshots the session (after the first `n` prompt tokens) into the prefix cache.
   void Snapshot(std::span<const int32_t> prefix);
-  // The decode loop after the prefill: plain (one Decode per token) or speculative. The first
-  // token's timing starts at `since` with stats `before` (the prefill's start). Returns how the
-  // answer ended; sets *error for kError.
+  // The generation after the prefill, by the decode driver. The first token's timing starts at
+  // `since` with stats `before` (the prefill's start). Returns how the answer ended; sets *error
+  // for kError.
   Job::End Generate(Job& job, size_t reuse, const SessionStats& before,
                     std::chrono::steady_clock::time_point since, int64_t* generated,
                     std::string* error);
-
-  // Draws the next token of a job whose constraint is active, keeping its shortest valid ending
-  // within `budget` (the tokens the answer may still take, this one included). -1: nothing fits.
-  int32_t ConstrainedDraw(Job& job, Sampler& sampler, std::vector<uint8_t>& allowed,
-                          int64_t budget);
 
   const Engine& engine_;
   const int max_queue_;
   const int64_t prefill_piece_;
   Metrics* metrics_;
   PrefixCache* cache_;
-  const int64_t draft_max_;
   std::unique_ptr<Session> session_;
-  // Speculation (null when draft_max is 0): one Speculator for the worker's whole life, so its
-  // policy's measured pass costs and acceptance carry from one request to the next, and its
-  // buffers are allocated once, not per request.
-  NgramDrafter drafter_;
-  std::unique_ptr<Speculator> speculator_;
-  std::vector<int32_t> pass_tokens_;  // the tokens of one speculative step
-  std::vector<int32_t> fed_;          // every token the session has been fed, in order
-  std::vector<float> wave_logits_;    // a prefill piece's logits (prompt logprobs only)
+  // One driver for the worker's whole life, so its speculation policy's measured pass costs and
+  // acceptance carry from one request to the next, and its buffers are allocated once.
+  std::unique_ptr<Generator> generator_;
+  std::vector<int32_t> fed_;        // every token the session has been fed, in order
+  std::vector<float> wave_logits_;  // a prefill piece's logits (prompt logprobs only)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
