@@ -246,8 +246,18 @@ void Scheduler::Process(Job& job) {
       wave_logits_.resize(n * static_cast<size_t>(engine_.info().vocab_size));
       wave = wave_logits_;
     }
+    // A client that leaves stops the wave within one routed expert's work, not at its end.
+    session_->SetInterrupt(&job.cancelled);
     Status st = session_->Prefill(std::span<const int32_t>(prompt.data() + pos, n), wave);
+    session_->SetInterrupt(nullptr);
     PublishStats();
+    if (IsInterrupted(st)) {  // the session was reset
+      fed_.clear();
+      metrics_->AddPrompt(static_cast<int64_t>(prompt.size()), static_cast<int64_t>(reuse),
+                          Seconds(t0));
+      metrics_->CountCancelled();
+      return EndRunningJob(job, Job::End::kCancelled);
+    }
     if (!st.ok()) {
       session_->Reset();
       fed_.clear();
