@@ -384,9 +384,9 @@ int RunGenerate(const RunArgs& args) {
   const GenerationResult result = generator.Generate(
       *ids, {.sampling = sampling, .max_tokens = args.max_new, .end_tokens = end_tokens}, output);
   st = !output.status.ok() ? output.status : result.status;
-  if (result.reason == FinishReason::kContext) {
-    LogInfo("the context is full (" + std::to_string(info.context_capacity) +
-            " positions): generation stopped");
+  if (st.ok() && result.reason == FinishReason::kContext) {
+    st = Status::Error("context full: the session's " + std::to_string(info.context_capacity) +
+                       " positions are used (raise --ctx)");
   }
   if (stats.enabled()) stats.Speculation(generator.speculated(), generator.totals());
   const auto t2 = Clock::now();
