@@ -24,9 +24,9 @@
 // full (the token could not be fed), the callback's stop. Tokens a verify pass drew past a stop
 // are never handed out (the session has been fed them: fed() says which tokens it holds).
 //
-// After construction (which sizes every buffer for the model's vocabulary, the session's verify
-// rows and the context capacity) a generation's steps do not allocate; Generate itself allocates
-// only when a new SamplingParams needs a larger repetition window.
+// Construction sizes the buffers for the model's vocabulary, the session's verify rows and the
+// context capacity; Generate sets up a sampler for the generation's SamplingParams with its
+// buffers sized for the vocabulary; after that, no step of the generation allocates.
 #pragma once
 
 #include <cstdint>
