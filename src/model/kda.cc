@@ -3,12 +3,17 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/thread_pool.h"
+#include "model/kda_step.h"
 #include "model/linear.h"
 #include "model/ops.h"
 
 namespace deltafin {
 
 namespace {
+
+// Positions from which a pass spreads its heads over the threads.
+constexpr int64_t kHeadsSideBySideMinPositions = 8;
 
 // fla's in-kernel l2norm: u / sqrt(Σu² + 1e-6) (docs/MODEL.md §4.4).
 constexpr float kL2NormEps = 1e-6f;
@@ -39,29 +44,6 @@ void L2Normalize(float* u, int64_t n, float scale) {
   for (int64_t i = 0; i < n; ++i) sum_sq += u[i] * u[i];
   const float inv = scale / std::sqrt(sum_sq + kL2NormEps);
   for (int64_t i = 0; i < n; ++i) u[i] *= inv;
-}
-
-// One position's state update of one head: 1. decay rows S[k][:] *= g[k]; 2. δ = v − Σ_k
-// k̂[k]·S[k][:];
-// 3. S += β·k̂·δᵀ. Never inlined: the forward pass and the verify-pass replay (KdaRollbackTo) run
-// this one copy of the code, so a replayed state equals the decoded one bit for bit.
-[[gnu::noinline]] void UpdateState(float* S, const float* gh, const float* kh, const float* vh,
-                                   float beta, int64_t dim, float* delta) {
-  for (int64_t kk = 0; kk < dim; ++kk) {
-    float* row = S + kk * dim;
-    for (int64_t vv = 0; vv < dim; ++vv) row[vv] *= gh[kk];
-  }
-  for (int64_t vv = 0; vv < dim; ++vv) delta[vv] = vh[vv];
-  for (int64_t kk = 0; kk < dim; ++kk) {
-    const float* row = S + kk * dim;
-    const float kv = kh[kk];
-    for (int64_t vv = 0; vv < dim; ++vv) delta[vv] -= kv * row[vv];
-  }
-  for (int64_t kk = 0; kk < dim; ++kk) {
-    float* row = S + kk * dim;
-    const float bk = beta * kh[kk];
-    for (int64_t vv = 0; vv < dim; ++vv) row[vv] += bk * delta[vv];
-  }
 }
 
 void Copy(const AlignedBuffer<float>& from, AlignedBuffer<float>* to) {
@@ -133,8 +115,8 @@ void KdaRollbackTo(const ModelConfig& c, int64_t accepted, KdaRollback* rb, KdaS
     const float* in = rb->inputs.data() + t * stride;
     for (int64_t h = 0; h < heads; ++h) {
       float* S = state->recurrent.data() + h * dim * dim;
-      UpdateState(S, in + 2 * p + h * dim, in + h * dim, in + p + h * dim, in[3 * p + h], dim,
-                  rb->delta.data());
+      KdaUpdateState(S, in + 2 * p + h * dim, in + h * dim, in + p + h * dim, in[3 * p + h], dim,
+                     rb->delta.data());
     }
   }
 }
@@ -190,15 +172,14 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
   Charge(timer, OpFamily::kKdaProjections);
 
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  const bool replaying = rollback != nullptr && rollback->mode == KdaRollbackMode::kReplay;
+  const bool snapshots = rollback != nullptr && rollback->mode == KdaRollbackMode::kSnapshot;
+  // 1. The causal convolutions of every position first: they depend on the projections and the
+  // conv history only, not on the recurrence.
   for (int64_t t = 0; t < n; ++t) {
     float* q = s->q.data() + t * p;
     float* k = s->k.data() + t * p;
     float* v = s->v.data() + t * p;
-    float* g = s->decay.data() + t * p;
-    float* o = s->out.data() + t * p;
-    float* replay = rollback != nullptr && rollback->mode == KdaRollbackMode::kReplay
-                        ? rollback->inputs.data() + t * (3 * p + heads)
-                        : nullptr;
     if (rollback != nullptr) {
       float* raw = rollback->raw.data() + t * 3 * p;
       std::memcpy(raw, q, static_cast<size_t>(p) * sizeof(float));
@@ -208,49 +189,60 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
     ConvStep(w.q_conv, p, kernel, state->conv_q.data(), q, s->window.data());
     ConvStep(w.k_conv, p, kernel, state->conv_k.data(), k, s->window.data());
     ConvStep(w.v_conv, p, kernel, state->conv_v.data(), v, s->window.data());
-    Charge(timer, OpFamily::kKdaConv);
-    for (int64_t h = 0; h < heads; ++h) {
-      float* qh = q + h * dim;
-      float* kh = k + h * dim;
-      const float* vh = v + h * dim;
-      float* gh = g + h * dim;
-      float* oh = o + h * dim;
-      L2Normalize(qh, dim, q_scale);
-      L2Normalize(kh, dim, 1.0f);
-      const float beta = Sigmoid(s->beta[static_cast<size_t>(t * heads + h)]);
-      // Log-decay g = lower_bound·σ(exp(A_log[h])·(f + dt_bias)), one A per head (docs/MODEL.md
-      // §4.4).
-      const float a = w.a_exp[static_cast<size_t>(h)];
-      for (int64_t d = 0; d < dim; ++d) {
-        gh[d] = std::exp(c.gate_lower_bound * Sigmoid(a * (gh[d] + w.dt_bias[h * dim + d])));
-      }
-      float* S = state->recurrent.data() + h * dim * dim;  // S[k][v]
-      if (replay != nullptr) {
-        std::memcpy(replay + h * dim, kh, static_cast<size_t>(dim) * sizeof(float));
-        std::memcpy(replay + p + h * dim, vh, static_cast<size_t>(dim) * sizeof(float));
-        std::memcpy(replay + 2 * p + h * dim, gh, static_cast<size_t>(dim) * sizeof(float));
-        replay[3 * p + h] = beta;
-      }
-      UpdateState(S, gh, kh, vh, beta, dim, oh);  // oh holds δ for now
-      // 4. read o = Σ_k q̂[k]·S[k][:] with the updated state.
-      for (int64_t vv = 0; vv < dim; ++vv) oh[vv] = 0.0f;
-      for (int64_t kk = 0; kk < dim; ++kk) {
-        const float* row = S + kk * dim;
-        const float qk = qh[kk];
-        for (int64_t vv = 0; vv < dim; ++vv) oh[vv] += qk * row[vv];
-      }
-      // Per-head RMSNorm (shared weight) before the sigmoid output gate.
-      RmsNorm(oh, w.o_norm, dim, c.rms_norm_eps, oh);
-      const float* gate = s->gate.data() + t * p + h * dim;
-      for (int64_t d = 0; d < dim; ++d) oh[d] *= Sigmoid(gate[d]);
-    }
-    if (rollback != nullptr && rollback->mode == KdaRollbackMode::kSnapshot && t + 1 < n) {
-      const size_t floats = state->recurrent.size();
-      std::memcpy(rollback->snapshots.data() + t * floats, state->recurrent.data(),
-                  floats * sizeof(float));
-    }
-    Charge(timer, OpFamily::kKdaRecurrence);
   }
+  Charge(timer, OpFamily::kKdaConv);
+
+  // 2. The recurrence. Heads never mix, so each head steps through the n positions on its own:
+  // a wave's heads are spread over the threads (one hand-off per layer, not per position), each
+  // head's arithmetic unchanged, so the state and outputs are the same bit for bit. A decode step
+  // or a short verify pass stays on the calling thread.
+  const auto step_heads = [&](int64_t h0, int64_t h1) {
+    for (int64_t h = h0; h < h1; ++h) {
+      float* S = state->recurrent.data() + h * dim * dim;  // S[k][v]
+      const float a = w.a_exp[static_cast<size_t>(h)];
+      for (int64_t t = 0; t < n; ++t) {
+        float* qh = s->q.data() + t * p + h * dim;
+        float* kh = s->k.data() + t * p + h * dim;
+        const float* vh = s->v.data() + t * p + h * dim;
+        float* gh = s->decay.data() + t * p + h * dim;
+        float* oh = s->out.data() + t * p + h * dim;
+        L2Normalize(qh, dim, q_scale);
+        L2Normalize(kh, dim, 1.0f);
+        const float beta = Sigmoid(s->beta[static_cast<size_t>(t * heads + h)]);
+        // Log-decay g = lower_bound·σ(exp(A_log[h])·(f + dt_bias)), one A per head
+        // (docs/MODEL.md §4.4).
+        for (int64_t d = 0; d < dim; ++d) {
+          gh[d] = std::exp(c.gate_lower_bound * Sigmoid(a * (gh[d] + w.dt_bias[h * dim + d])));
+        }
+        if (replaying) {
+          float* replay = rollback->inputs.data() + t * (3 * p + heads);
+          std::memcpy(replay + h * dim, kh, static_cast<size_t>(dim) * sizeof(float));
+          std::memcpy(replay + p + h * dim, vh, static_cast<size_t>(dim) * sizeof(float));
+          std::memcpy(replay + 2 * p + h * dim, gh, static_cast<size_t>(dim) * sizeof(float));
+          replay[3 * p + h] = beta;
+        }
+        KdaUpdateState(S, gh, kh, vh, beta, dim, oh);  // oh holds δ for now
+        KdaReadState(S, qh, dim, oh);
+        // Per-head RMSNorm (shared weight) before the sigmoid output gate.
+        RmsNorm(oh, w.o_norm, dim, c.rms_norm_eps, oh);
+        const float* gate = s->gate.data() + t * p + h * dim;
+        for (int64_t d = 0; d < dim; ++d) oh[d] *= Sigmoid(gate[d]);
+        // Snapshot rollback: the state after each row but the last (this head's part of it).
+        if (snapshots && t + 1 < n) {
+          const size_t floats = state->recurrent.size();
+          std::memcpy(rollback->snapshots.data() + static_cast<size_t>(t) * floats +
+                          static_cast<size_t>(h * dim * dim),
+                      S, static_cast<size_t>(dim * dim) * sizeof(float));
+        }
+      }
+    }
+  };
+  if (n >= kHeadsSideBySideMinPositions) {
+    DefaultPool().ParallelRanges(heads, 1, step_heads);
+  } else {
+    step_heads(0, heads);
+  }
+  Charge(timer, OpFamily::kKdaRecurrence);
   Linear(w.o_proj, s->out.data(), n, out);
   Charge(timer, OpFamily::kKdaProjections);
 }
