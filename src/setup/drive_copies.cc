@@ -106,6 +106,19 @@ Result<std::vector<int>> AddDrives(const std::string& model_dir,
   return given;
 }
 
+Status RecordExpertPlaces(const ShardLayout& layout, int shard, int64_t layers, int64_t experts,
+                          const std::string& path, std::vector<std::optional<ExpertPlace>>* where) {
+  for (const auto& x : layout.experts) {
+    if (x.layer < 0 || x.layer >= layers || x.expert < 0 || x.expert >= experts) {
+      return Status::Error(path + ": expert tensor of layer " + std::to_string(x.layer) +
+                           " expert " + std::to_string(x.expert) + " outside config.json's shape");
+    }
+    (*where)[static_cast<size_t>(x.layer * experts + x.expert)] =
+        ExpertPlace{shard, x.offset, x.bytes};
+  }
+  return Status::Ok();
+}
+
 uint64_t CopyBlockBytes(const ExpertPlace& x) {
   return (x.offset + x.bytes + 4095) / 4096 * 4096 - x.offset / 4096 * 4096;
 }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "setup/shard_layout.h"
 #include "weights/placement.h"
 
 namespace deltafin::setup {
@@ -54,6 +55,12 @@ Status PreadAll(int fd, uint8_t* buf, uint64_t bytes, uint64_t offset, const std
 Result<std::vector<std::pair<size_t, int>>> AssignCopies(
     const Placement& placement, const std::vector<std::optional<ExpertPlace>>& where,
     const std::vector<int>& given, int copies, uint64_t header_bytes, uint64_t reserve_bytes);
+
+// Records where[layer * experts + expert] for every routed-expert block of `layout` (shard number
+// `shard` of the placement), refusing a block outside config.json's shape (`layers` x `experts`)
+// with an error naming `path`. Both `spread` and `setup --drive` index a model's experts this way.
+Status RecordExpertPlaces(const ShardLayout& layout, int shard, int64_t layers, int64_t experts,
+                          const std::string& path, std::vector<std::optional<ExpertPlace>>* where);
 
 // Bytes a copy of `x` takes on a drive (whole 4 KiB blocks).
 uint64_t CopyBlockBytes(const ExpertPlace& x);

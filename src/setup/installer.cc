@@ -387,15 +387,8 @@ Status PlaceExperts(const SetupOptions& o, const Preflight& pf, Plan& plan) {
     auto layout = ReadLocalLayout(fd, sh.size, path);
     ::close(fd);
     if (!layout.ok()) return layout.status();
-    for (const auto& x : layout->experts) {
-      if (x.layer < 0 || x.layer >= L || x.expert < 0 || x.expert >= E) {
-        return Status::Error(path + ": expert tensor of layer " + std::to_string(x.layer) +
-                             " expert " + std::to_string(x.expert) +
-                             " outside config.json's shape");
-      }
-      where[static_cast<size_t>(x.layer * E + x.expert)] =
-          ExpertPlace{static_cast<int>(layouts.size()), x.offset, x.bytes};
-    }
+    DF_RETURN_IF_ERROR(
+        RecordExpertPlaces(*layout, static_cast<int>(layouts.size()), L, E, path, &where));
     headers += (layout->header.size() + 4095) / 4096 * 4096;
     shard_files.push_back({sh.name, layout->file_size, layout->header});
     layouts.push_back(std::move(*layout));

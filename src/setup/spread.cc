@@ -121,15 +121,8 @@ Result<SpreadSummary> Spread(const SpreadOptions& o) {
     Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.fd < 0) return Status::Error("cannot open " + path + ": " + Errno());
     DF_ASSIGN_OR_RETURN(ShardLayout layout, ReadLocalLayout(fd.fd, s.size, path));
-    for (const auto& x : layout.experts) {
-      if (x.layer < 0 || x.layer >= L || x.expert < 0 || x.expert >= E) {
-        return Status::Error(path + ": expert tensor of layer " + std::to_string(x.layer) +
-                             " expert " + std::to_string(x.expert) +
-                             " outside config.json's shape");
-      }
-      where[static_cast<size_t>(x.layer * E + x.expert)] =
-          ExpertPlace{static_cast<int>(layouts.size()), x.offset, x.bytes};
-    }
+    DF_RETURN_IF_ERROR(
+        RecordExpertPlaces(layout, static_cast<int>(layouts.size()), L, E, path, &where));
     layouts.push_back(std::move(layout));
     shard_paths.push_back(path);
   }
