@@ -16,6 +16,7 @@
 
 #include "deltafin/engine.h"
 #include "golden/golden_data.h"
+#include "golden/test_drafters.h"
 
 namespace deltafin::testing {
 extern std::atomic<uint64_t> g_allocations;
@@ -92,25 +93,7 @@ struct Outcome {
   bool speculated = false;
 };
 
-// Offers a known continuation with every third draft wrong: verify passes that accept several
-// drafts, and rejections at every row position.
-class CorruptedReplay : public Drafter {
- public:
-  CorruptedReplay(std::vector<int32_t> continuation, int64_t prompt, int64_t vocab)
-      : inner_(std::move(continuation), prompt), prompt_(prompt), vocab_(vocab) {}
-  int64_t Propose(std::span<const int32_t> context, std::span<int32_t> out) override {
-    const int64_t n = inner_.Propose(context, out);
-    const int64_t at = static_cast<int64_t>(context.size()) - prompt_;
-    for (int64_t j = 0; j < n; ++j) {
-      if ((at + j) % 3 == 2) out[j] = static_cast<int32_t>((out[j] + 1) % vocab_);
-    }
-    return n;
-  }
-
- private:
-  ReplayDrafter inner_;
-  int64_t prompt_, vocab_;
-};
+using testing::CorruptedReplay;
 
 // Generates twice from a fresh prefill of `prompt` with one Generator (the first is the
 // warm-up), and returns the second. `speculate` without a `drafter`: n-gram drafts.

@@ -23,6 +23,7 @@
 #include "deltafin/engine.h"
 #include "deltafin/sampler.h"
 #include "golden/golden_data.h"
+#include "golden/test_drafters.h"
 #include "model/forward.h"
 #include "modelgen/make_model.h"
 #include "tokenizer/tokenizer.h"
@@ -189,21 +190,8 @@ void ExpectGreedyIdentical(const std::string& dir, bool streamed, int64_t count 
   const auto fast = Generate(*engine, prompt, &ngram, count, greedy, &totals, false);
   EXPECT_EQ(plain, fast) << dir;
   // The continuation with every third token wrong: rejections at every row position.
-  class CorruptedReplay : public Drafter {
-   public:
-    CorruptedReplay(std::vector<int32_t> c, int64_t prompt, int64_t vocab)
-        : inner_(std::move(c), prompt), prompt_(prompt), vocab_(vocab) {}
-    int64_t Propose(std::span<const int32_t> context, std::span<int32_t> out) override {
-      const int64_t n = inner_.Propose(context, out);
-      const int64_t at = static_cast<int64_t>(context.size()) - prompt_;
-      for (int64_t j = 0; j < n; ++j) {
-        if ((at + j) % 3 == 2) out[j] = static_cast<int32_t>((out[j] + 1) % vocab_);
-      }
-      return n;
-    }
-    ReplayDrafter inner_;
-    int64_t prompt_, vocab_;
-  } corrupted(plain, static_cast<int64_t>(prompt.size()), engine->info().vocab_size);
+  testing::CorruptedReplay corrupted(plain, static_cast<int64_t>(prompt.size()),
+                                     engine->info().vocab_size);
   const auto rejected = Generate(*engine, prompt, &corrupted, count, greedy, &totals, false);
   EXPECT_EQ(plain, rejected) << dir;
   EXPECT_GT(totals.accepted, 0) << dir;
