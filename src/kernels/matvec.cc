@@ -68,4 +68,22 @@ float DotF32(const float* a, const float* b, int64_t n) {
   return internal::ChooseDotF32()(a, b, n);
 }
 
+void MatMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
+               int64_t y_stride) {
+  const internal::F32RowsFn fn = internal::ChooseF32Rows();
+  DefaultPool().ParallelRanges(rows, Grain(cols * 4, n), [&](int64_t r0, int64_t r1) {
+    fn(w, rows, cols, x, n, r0, r1, y, y_stride);
+  });
+}
+
+void MatTMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y) {
+  // Parts are whole groups of kColGroup columns, so each part keeps the kernels' full-width steps.
+  constexpr int64_t kColGroup = 64;
+  const internal::MatTMulF32ColsFn fn = internal::ChooseMatTMulF32Cols();
+  const int64_t groups = (cols + kColGroup - 1) / kColGroup;
+  DefaultPool().ParallelRanges(groups, Grain(rows * kColGroup * 4, n), [&](int64_t g0, int64_t g1) {
+    fn(w, rows, cols, x, n, g0 * kColGroup, g1 * kColGroup < cols ? g1 * kColGroup : cols, y);
+  });
+}
+
 }  // namespace deltafin::kernels

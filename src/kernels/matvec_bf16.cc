@@ -1,5 +1,6 @@
 // BF16 and fp32 kernels, compiled once per Highway target (simd_targets.h): BF16 matrix × vectors,
-// BF16 transposed matrix-vector, fp32 dot. HWY_SCALAR calls the scalar references.
+// BF16 transposed matrix-vector, fp32 dot, fp32 rows × vectors and the transposed fp32 product
+// (MLA attention over the latent cache). HWY_SCALAR calls the scalar references.
 #include <cmath>
 #include <string>
 
@@ -41,6 +42,121 @@ float DotF32Impl(const float* a, const float* b, int64_t n) {
   float out[1];
   DotRowTile<1>(dec, n, xs, out);
   return out[0];
+#endif
+}
+
+// fp32 rows [r0, r1) × n vectors: y[v*y_stride + r] = dot(row r, x_v). A row is loaded once per
+// tile of kTile vectors (DotRowTile); one vector takes kRowsSingle rows at a time.
+void F32RowsImpl(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, int64_t r0,
+                 int64_t r1, float* y, int64_t y_stride) {
+  (void)rows;
+#if HWY_TARGET == HWY_SCALAR
+  for (int64_t v = 0; v < n; ++v) {
+    for (int64_t r = r0; r < r1; ++r) {
+      y[v * y_stride + r] = ref::DotF32(w + r * cols, x + v * cols, cols);
+    }
+  }
+#else
+  int64_t r = r0;
+  if (n == 1 && cols % kBlock == 0) {
+    for (; r + static_cast<int64_t>(kRowsSingle) <= r1; r += kRowsSingle) {
+      F32Decoder decs[kRowsSingle];
+      for (size_t i = 0; i < kRowsSingle; ++i) decs[i].a = w + (r + static_cast<int64_t>(i)) * cols;
+      DotRowsOneVector<kRowsSingle>(decs, cols, x, y + r);
+    }
+  }
+  for (; r < r1; ++r) {
+    const F32Decoder dec{w + r * cols};
+    int64_t v = 0;
+    for (; v + static_cast<int64_t>(kTile) <= n; v += kTile) {
+      const float* xs[kTile];
+      float out[kTile];
+      for (size_t t = 0; t < kTile; ++t) xs[t] = x + (v + static_cast<int64_t>(t)) * cols;
+      DotRowTile<kTile>(dec, cols, xs, out);
+      for (size_t t = 0; t < kTile; ++t) y[(v + static_cast<int64_t>(t)) * y_stride + r] = out[t];
+    }
+    for (; v < n; ++v) {
+      const float* xs[1] = {x + v * cols};
+      float out[1];
+      DotRowTile<1>(dec, cols, xs, out);
+      y[v * y_stride + r] = out[0];
+    }
+  }
+#endif
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// kV vectors × kW weight vectors of columns [c, c + kW·kN): acc[j][k] = Σ_r fma(W[r, c + k·kN ..],
+// x_j[r]) in increasing r. Each weight vector is loaded once for the kV vectors.
+template <size_t kV, size_t kW>
+HWY_INLINE void TransposedTile(const float* w, int64_t rows, int64_t cols, const float* x,
+                               int64_t c, float* y) {
+  const DF df;
+  VF acc[kV][kW];
+  HWY_UNROLL(4)
+  for (size_t j = 0; j < kV; ++j) {
+    HWY_UNROLL(4)
+    for (size_t k = 0; k < kW; ++k) acc[j][k] = hn::Zero(df);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    VF wv[kW];
+    HWY_UNROLL(4)
+    for (size_t k = 0; k < kW; ++k) wv[k] = hn::LoadU(df, w + r * cols + c + k * kN);
+    HWY_UNROLL(4)
+    for (size_t j = 0; j < kV; ++j) {
+      const VF xr = hn::Set(df, x[static_cast<int64_t>(j) * rows + r]);
+      HWY_UNROLL(4)
+      for (size_t k = 0; k < kW; ++k) acc[j][k] = hn::MulAdd(wv[k], xr, acc[j][k]);
+    }
+  }
+  HWY_UNROLL(4)
+  for (size_t j = 0; j < kV; ++j) {
+    HWY_UNROLL(4)
+    for (size_t k = 0; k < kW; ++k) {
+      hn::StoreU(acc[j][k], df, y + static_cast<int64_t>(j) * cols + c + k * kN);
+    }
+  }
+}
+
+// Vectors per transposed tile: kV·4 accumulators + 4 weights + a broadcast fit the registers.
+#if HWY_TARGET == HWY_AVX2
+constexpr size_t kTransposedVecs = 2;
+#else
+constexpr size_t kTransposedVecs = 4;
+#endif
+#endif
+
+// Columns [c0, c1) of y[v*cols + c] = Σ_r W[r,c]·x_v[r] (fp32 W [rows, cols], X [n, rows]).
+void MatTMulF32ColsImpl(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n,
+                        int64_t c0, int64_t c1, float* y) {
+#if HWY_TARGET == HWY_SCALAR
+  for (int64_t v = 0; v < n; ++v) {
+    for (int64_t c = c0; c < c1; ++c) {
+      float acc = 0.0f;
+      for (int64_t r = 0; r < rows; ++r) acc = std::fma(w[r * cols + c], x[v * rows + r], acc);
+      y[v * cols + c] = acc;
+    }
+  }
+#else
+  constexpr int64_t kStep = 4 * static_cast<int64_t>(kN);
+  int64_t c = c0;
+  for (; c + kStep <= c1; c += kStep) {
+    int64_t v = 0;
+    for (; v + static_cast<int64_t>(kTransposedVecs) <= n; v += kTransposedVecs) {
+      TransposedTile<kTransposedVecs, 4>(w, rows, cols, x + v * rows, c, y + v * cols);
+    }
+    for (; v < n; ++v) TransposedTile<1, 4>(w, rows, cols, x + v * rows, c, y + v * cols);
+  }
+  for (; c + static_cast<int64_t>(kN) <= c1; c += kN) {
+    for (int64_t v = 0; v < n; ++v) TransposedTile<1, 1>(w, rows, cols, x + v * rows, c, y + v * cols);
+  }
+  for (; c < c1; ++c) {
+    for (int64_t v = 0; v < n; ++v) {
+      float acc = 0.0f;
+      for (int64_t r = 0; r < rows; ++r) acc = std::fma(w[r * cols + c], x[v * rows + r], acc);
+      y[v * cols + c] = acc;
+    }
+  }
 #endif
 }
 
@@ -98,11 +214,15 @@ namespace deltafin::kernels {
 HWY_EXPORT(Bf16RowsImpl);
 HWY_EXPORT(DotF32Impl);
 HWY_EXPORT(MatTVecBf16Impl);
+HWY_EXPORT(F32RowsImpl);
+HWY_EXPORT(MatTMulF32ColsImpl);
 
 namespace internal {
 Bf16RowsFn ChooseBf16Rows() { return &HWY_DYNAMIC_DISPATCH(Bf16RowsImpl); }
 DotF32Fn ChooseDotF32() { return &HWY_DYNAMIC_DISPATCH(DotF32Impl); }
 MatTVecBf16Fn ChooseMatTVecBf16() { return &HWY_DYNAMIC_DISPATCH(MatTVecBf16Impl); }
+F32RowsFn ChooseF32Rows() { return &HWY_DYNAMIC_DISPATCH(F32RowsImpl); }
+MatTMulF32ColsFn ChooseMatTMulF32Cols() { return &HWY_DYNAMIC_DISPATCH(MatTMulF32ColsImpl); }
 }  // namespace internal
 
 // Dynamic dispatch picks the best (lowest-bit) target that is both compiled in and supported.

@@ -12,6 +12,7 @@
 #include "base/thread_pool.h"
 #include "kernels/matvec.h"
 #include "model/forward.h"
+#include "model/mla.h"
 #include "model/reserved_bytes.h"
 #include "weights/drive_set.h"
 #include "weights/expert_source.h"
@@ -95,7 +96,7 @@ uint64_t SessionBytes(const ModelConfig& c, int64_t chunk, int64_t capacity, int
     }
   }
   floats += u(std::max(chunk, verify_rows) * SessionFloatsPerPosition(c) + 2 * c.vocab_size +
-              capacity + 4 * c.num_experts);
+              MlaScratchFixedFloats(c, capacity, DefaultThreadCount()) + 4 * c.num_experts);
   // Speculative verification: per-row rollback data, and replay's copy of the state.
   uint64_t rollback_bytes = 0;
   if (verify_rows > 0) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "base/thread_pool.h"
 #include "model/linear.h"
 #include "model/ops.h"
 #include "model/reserved_bytes.h"
@@ -41,7 +42,7 @@ ForwardPass::ForwardPass(const ModelWeights& weights, int64_t max_chunk, int64_t
     }
   }
   kda_scratch_.Reserve(c_, n);
-  mla_scratch_.Reserve(c_, n, capacity);
+  mla_scratch_.Reserve(c_, n, capacity, DefaultThreadCount());
   ffn_scratch_.Reserve(c_, n);
   auto sz = [](int64_t v) { return static_cast<size_t>(v); };
   partial_.Resize(sz(n * h));

@@ -199,7 +199,7 @@ void CheckMla(const ModelWeights& w, int64_t chunk) {
   MlaCache cache;
   cache.Init(c, steps);
   MlaScratch scratch;
-  scratch.Reserve(c, chunk, steps);
+  scratch.Reserve(c, chunk, steps, /*slots=*/3);
   std::vector<float> x, out(static_cast<size_t>(steps * h));
   for (const auto& step : v["steps"]) {
     for (float f : Vec<float>(step["x"])) x.push_back(f);

@@ -38,6 +38,24 @@ float DotF32(const float* a, const float* b, int64_t n) {
   return DotLanes([a](int64_t i) { return a[i]; }, b, n);
 }
 
+void MatMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
+               int64_t y_stride) {
+  for (int64_t v = 0; v < n; ++v) {
+    for (int64_t r = 0; r < rows; ++r) y[v * y_stride + r] = DotF32(w + r * cols, x + v * cols, cols);
+  }
+}
+
+void MatTMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y) {
+  for (int64_t v = 0; v < n; ++v) {
+    float* yv = y + v * cols;
+    const float* xv = x + v * rows;
+    for (int64_t c = 0; c < cols; ++c) yv[c] = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) yv[c] = std::fma(w[r * cols + c], xv[r], yv[c]);
+    }
+  }
+}
+
 void MatVecBf16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, float* y) {
   for (int64_t r = 0; r < rows; ++r) {
     const uint16_t* row = w + r * cols;

@@ -11,6 +11,9 @@ void MatTVecBf16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, 
 void MatVecMxfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
                  const float* x, float* y);
 float DotF32(const float* a, const float* b, int64_t n);
+void MatMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
+               int64_t y_stride);
+void MatTMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y);
 // Row-int8 (docs/MODEL.md §3.6): y[r] = scales[r] · Σ_c q[r,c]·x[c], the sum in the documented
 // order.
 void MatVecI8(const int8_t* q, const float* scales, int64_t rows, int64_t cols, const float* x,
