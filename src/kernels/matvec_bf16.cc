@@ -148,7 +148,8 @@ void MatTMulF32ColsImpl(const float* w, int64_t rows, int64_t cols, const float*
     for (; v < n; ++v) TransposedTile<1, 4>(w, rows, cols, x + v * rows, c, y + v * cols);
   }
   for (; c + static_cast<int64_t>(kN) <= c1; c += kN) {
-    for (int64_t v = 0; v < n; ++v) TransposedTile<1, 1>(w, rows, cols, x + v * rows, c, y + v * cols);
+    for (int64_t v = 0; v < n; ++v)
+      TransposedTile<1, 1>(w, rows, cols, x + v * rows, c, y + v * cols);
   }
   for (; c < c1; ++c) {
     for (int64_t v = 0; v < n; ++v) {

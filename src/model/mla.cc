@@ -54,8 +54,8 @@ namespace {
 // product for all heads), each head's value expansion and output gate. Each score is exactly
 // DotF32(q_lat, latent) + DotF32(q_rope, rope) scaled, and each weighted sum runs in increasing
 // position, whichever slot, wave size or thread count: waves and decoding agree bit for bit.
-void AttendPosition(const ModelConfig& c, const MlaWeights& w, const MlaCache& cache,
-                    MlaScratch* s, int64_t slot, int64_t start, int64_t t) {
+void AttendPosition(const ModelConfig& c, const MlaWeights& w, const MlaCache& cache, MlaScratch* s,
+                    int64_t slot, int64_t start, int64_t t) {
   const int64_t heads = c.mla_heads, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim,
                 vdim = c.v_head_dim, lora = c.kv_lora_rank, qdim = c.mla_q_head_dim();
   const float scale = 1.0f / std::sqrt(static_cast<float>(qdim));

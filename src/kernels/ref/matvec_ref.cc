@@ -41,7 +41,8 @@ float DotF32(const float* a, const float* b, int64_t n) {
 void MatMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
                int64_t y_stride) {
   for (int64_t v = 0; v < n; ++v) {
-    for (int64_t r = 0; r < rows; ++r) y[v * y_stride + r] = DotF32(w + r * cols, x + v * cols, cols);
+    for (int64_t r = 0; r < rows; ++r)
+      y[v * y_stride + r] = DotF32(w + r * cols, x + v * cols, cols);
   }
 }
 
