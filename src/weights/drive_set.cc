@@ -159,9 +159,12 @@ int DriveSetReader::Choose(int shard, uint64_t offset, uint64_t length, uint32_t
   int best = BestLocked(key, bytes, free_drives);
   if (best < 0) {
     if (BestLocked(key, bytes, ~0u) >= 0) return -1;  // its good drives are all full: wait
-    // No good copy left: any drive holding one, for ReadOn to report.
+    // No good copy left: a drive holding one, for ReadOn to report. It must be one with room (the
+    // scheduler counts the read on that drive's lane); if none has room, wait like a full drive.
     const uint32_t bits = copies_[static_cast<size_t>(key)];
-    best = bits == 0 ? 0 : __builtin_ctz(bits);
+    const uint32_t usable = (bits == 0 ? 1u : bits) & free_drives;
+    if (usable == 0) return -1;
+    best = __builtin_ctz(usable);
   }
   ReserveLocked(drives_[static_cast<size_t>(best)], bytes);
   return best;

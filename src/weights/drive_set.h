@@ -51,7 +51,8 @@ class DriveSetReader final : public ExpertSpanReader {
   int Drives() const override { return static_cast<int>(drives_.size()); }
   // The drive of the copy expected to finish first among `free_drives`, counted in flight there;
   // -1 when every good drive holding a copy is full. With no good copy left it returns a drive
-  // holding one anyway, so ReadOn reports the failure.
+  // holding one anyway, so ReadOn reports the failure, but only one in `free_drives` (-1 while
+  // those are all full: the scheduler counts the read on the lane it returns).
   int Choose(int shard, uint64_t offset, uint64_t length, uint32_t free_drives) override;
   // Reads from `drive` (chosen by Choose); if that drive fails or failed meanwhile, from another
   // copy at once, whatever its queue depth.

@@ -104,7 +104,7 @@ def test_sse_framing():
 
 
 def test_pings_during_long_prefill():
-    prompt = "The quick brown fox jumps over the lazy dog. " * 30  # ~660 tokens, ~1.5 s
+    prompt = "The quick brown fox jumps over the lazy dog. " * 80  # ~1,760 tokens, ~1.5 s
     head, chunks, t_headers = raw_stream({"prompt": prompt, "max_tokens": 2, "stream": True},
                                          "/v1/completions")
     check(head.startswith("HTTP/1.1 200"), head)
