@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 12 acceptance check: the full-size K3 layout computes logits for two positions inside an
-# 8 GiB memory cgroup with the spine streamed, and the memory plan it prints says so.
+# Issue 12 and 32 acceptance check: the full-size K3 layout computes logits for two positions inside
+# an 8 GiB memory cgroup with the spine streamed, the memory plan it prints says so, and a
+# 64-token prompt prefills in one wave (each expert and the spine read once).
 #
 #   DF_K3_SPARSE=1 tools/k3_sparse_logits.sh [path/to/deltafin]
 #
@@ -13,6 +14,9 @@
 # 3. Checks: exit status 0, a logits file of 2 x 163840 fp32, a memory plan that streams the
 #    spine ("spine streamed:") and the experts, and the cgroup's peak usage within the limit.
 #    Prints the times, the peak and the plan. The generated model is always removed.
+# 4. `deltafin run --max-new 1 --stats-json` with a 1-token and a 64-token prompt in the same
+#    cgroup: the 64-token prefill is one planned wave whose engine-counted expert bytes equal its
+#    distinct experts' bytes and whose spine bytes equal the 1-token prompt's (one pass).
 #
 # It reads ~114 GB of spine holes and ~26 GB of expert holes (minutes), so it only runs when
 # DF_K3_SPARSE=1; otherwise it exits 77 (ctest's skip code). Needs root (cgroup, and the model
@@ -119,6 +123,49 @@ check 'grep -q "^  routed experts: .*streamed" "$work/stderr.txt"' \
   "the memory plan does not stream the experts"
 check '[[ $peak -gt 0 && $peak -le $limit_bytes ]]' "peak memory $peak outside (0, $limit_bytes]"
 check '[[ "${oom:-0}" == 0 ]]' "the cgroup OOM-killed a process"
+
+# Issue 32: a 64-token prompt prefills in one wave: the engine reads each selected expert once and
+# the spine once (the same spine bytes as a 1-token prompt), not once per 32 positions.
+run_stats() {  # $1: prompt ids, $2: stats file; the same cgroup, so the peak covers it
+  bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$cg" \
+    nice -n 10 "$deltafin" run --model "$work/k3" --prompt-ids "$1" --max-new 1 \
+    --experts streamed --audit-scales off --no-verify-reads "${mem_flag[@]}" \
+    --stats-json "$2" >/dev/null 2>>"$work/run-stderr.txt"
+}
+echo "== run --prompt-ids 1 and 1..64 --max-new 1 --stats-json (the prefill's engine-counted bytes)"
+t0=$(now)
+set +e
+run_stats 1 "$work/one.json"
+rc1=$?
+run_stats "$(seq -s, 1 64)" "$work/wave.json"
+rc64=$?
+set -e
+t1=$(now)
+grep -E "prefill wave|prompt " "$work/run-stderr.txt" || true
+check '[[ $rc1 == 0 && $rc64 == 0 ]]' "deltafin run exited with $rc1 (1 token) and $rc64 (64 tokens)"
+if [[ $rc1 == 0 && $rc64 == 0 ]]; then
+  wave_check=$(python3 - "$work/one.json" "$work/wave.json" "$work/run-stderr.txt" <<'PY'
+import json, re, sys
+one = json.load(open(sys.argv[1]))["steps"][0]
+wave = json.load(open(sys.argv[2]))["steps"][0]
+sizes = [int(m) for m in re.findall(r"prefill wave: (\d+) positions", open(sys.argv[3]).read())]
+print(f"64-token prefill: {wave['seconds']:.1f} s, expert bytes read {wave['expert_bytes_read']} "
+      f"(distinct experts {wave['expert_bytes_needed']}), spine bytes {wave['spine_bytes_read']} "
+      f"(a 1-token prompt: {one['spine_bytes_read']}); planned wave {sizes[-1] if sizes else '?'}")
+ok = (wave["kind"] == "prefill" and sizes and sizes[-1] >= 64
+      and wave["expert_bytes_read"] == wave["expert_bytes_needed"] > 0
+      and wave["spine_bytes_read"] == one["spine_bytes_read"] > 0)
+print("ONE-PASS" if ok else "NOT-ONE-PASS")
+PY
+  )
+  echo "$wave_check"
+  check '[[ $wave_check == *ONE-PASS && $wave_check != *NOT-ONE-PASS ]]' \
+    "the 64-token prefill did not read the experts and the spine once"
+fi
+echo "runs: $(secs "$t0" "$t1") s"
+peak=$(cat "$peak_file" 2>/dev/null || echo 0)
+check '[[ $peak -gt 0 && $peak -le $limit_bytes ]]' "peak memory $peak outside (0, $limit_bytes]"
+
 if [[ $got == "$want" ]] && cmp -s -n "$want" "$logits" /dev/zero; then
   echo "logits: all zero (as expected of a model whose weights are all zero)"
 fi

@@ -47,11 +47,13 @@ struct StepStats {
   uint64_t proc_read_bytes = 0;
   uint64_t major_faults = 0;    // page faults of the step that waited for the disk
   uint64_t device_busy_ms = 0;  // the model's block device had I/O in flight (DeviceBusyClock)
-  // Spine bytes read from disk: what the kernel counted beyond the expert reads (the spine is
-  // mapped, so its reads are page faults the engine does not see one by one).
+  // Spine bytes read from disk: the ring's reads, which the engine counts itself, plus what the
+  // kernel counted beyond the engine's reads (a mapped spine's page faults, which the engine does
+  // not see one by one). The engine's count also covers reads of a sparse file's holes, which the
+  // kernel does not count (the full-size sparse K3 layout).
   uint64_t SpineBytes() const {
-    return proc_read_bytes > delta.expert_bytes_read ? proc_read_bytes - delta.expert_bytes_read
-                                                     : 0;
+    const uint64_t engine = delta.expert_bytes_read + delta.spine_bytes_read;
+    return delta.spine_bytes_read + (proc_read_bytes > engine ? proc_read_bytes - engine : 0);
   }
   // max(bytes that had to come from disk / disk bandwidth, compute time): expert bytes needed
   // (not wasted guesses) plus spine bytes. disk_bps <= 0: compute time only.

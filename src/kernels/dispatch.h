@@ -1,6 +1,7 @@
-// Internal, SIMD-free interface between kernels/matvec.cc (threading, entry points) and the
-// per-target kernel TUs (matvec_*.cc). Each Choose* runs Highway's dynamic dispatch once and
-// returns the function for the best target the CPU supports (or the one a test selected).
+// Internal, SIMD-free interface between kernels/matvec.cc and kernels/activation.cc (threading,
+// entry points) and the per-target kernel TUs (matvec_*.cc, activation_situ.cc). Each Choose* runs
+// Highway's dynamic dispatch once and returns the function for the best target the CPU supports (or
+// the one a test selected).
 //
 // A *Rows function computes rows [r0, r1) of Y = X·Wᵀ for n vectors: y[v*rows + r] for every v,
 // each in the summation order of kernels/matvec.h, so any row partition gives the same bits.
@@ -25,6 +26,8 @@ using MatTMulF32ColsFn = void (*)(const float* w, int64_t rows, int64_t cols, co
                                   int64_t n, int64_t c0, int64_t c1, float* y);
 using MatTVecBf16Fn = void (*)(const uint16_t* w, int64_t rows, int64_t cols, const float* x,
                                float* y);
+// gate[i] = SiTU(gate[i], up[i]) for i in [0, n) (kernels/activation.h).
+using SituFn = void (*)(float* gate, const float* up, int64_t n, float beta, float linear_beta);
 
 Bf16RowsFn ChooseBf16Rows();
 DotF32Fn ChooseDotF32();
@@ -33,5 +36,6 @@ MatTMulF32ColsFn ChooseMatTMulF32Cols();
 MatTVecBf16Fn ChooseMatTVecBf16();
 Mxfp4RowsFn ChooseMxfp4Rows();
 I8RowsFn ChooseI8Rows();
+SituFn ChooseSitu();
 
 }  // namespace deltafin::kernels::internal

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "base/thread_pool.h"
+#include "kernels/activation.h"
 #include "kernels/matvec.h"
 #include "model/linear.h"
 #include "model/ops.h"
@@ -54,7 +55,7 @@ void GatedFfnForward(const ModelConfig& c, const GatedFfnWeights& w, const float
   const int64_t width = w.gate_proj.rows;
   Linear(w.gate_proj, x, n, s->gate.data());
   Linear(w.up_proj, x, n, s->up.data());
-  SituInPlace(s->gate.data(), s->up.data(), n * width, c.situ_beta, c.situ_linear_beta);
+  kernels::SituInPlace(s->gate.data(), s->up.data(), n * width, c.situ_beta, c.situ_linear_beta);
   Linear(w.down_proj, s->gate.data(), n, out);
 }
 
@@ -140,7 +141,7 @@ void RunExpert(const ModelConfig& c, const ExpertLayout& layout, FfnScratch* s,
                        u1);
   kernels::MatMulMxfp4(span + layout.w3_packed, span + layout.w3_scale, inter, latent, z, members,
                        u3);
-  SituInPlace(u1, u3, members * inter, c.situ_beta, c.situ_linear_beta);
+  kernels::SituInPlace(u1, u3, members * inter, c.situ_beta, c.situ_linear_beta);
   kernels::MatMulMxfp4(span + layout.w2_packed, span + layout.w2_scale, latent, inter, u1, members,
                        y);
   for (int64_t q = 0; q < members; ++q) {

@@ -20,16 +20,6 @@ void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out) {
   }
 }
 
-float Situ(float gate, float up, float beta, float linear_beta) {
-  const float bounded_gate = std::tanh(gate / beta) * beta;
-  const float bounded_up = std::tanh(up / linear_beta) * linear_beta;
-  return (bounded_gate * Sigmoid(gate)) * bounded_up;
-}
-
-void SituInPlace(float* gate, const float* up, int64_t n, float beta, float linear_beta) {
-  for (int64_t i = 0; i < n; ++i) gate[i] = Situ(gate[i], up[i], beta, linear_beta);
-}
-
 void SoftmaxInPlace(float* x, int64_t n) {
   float max_v = -std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < n; ++i) max_v = std::fmax(max_v, x[i]);

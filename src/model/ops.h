@@ -14,9 +14,7 @@ float Silu(float x);
 // In-place (out == x) is allowed.
 void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out);
 
-// SiTU(gate, up) = ((tanh(gate/β)·β)·σ(gate)) · (tanh(up/β_lin)·β_lin); σ takes the raw gate.
-float Situ(float gate, float up, float beta, float linear_beta);
-void SituInPlace(float* gate, const float* up, int64_t n, float beta, float linear_beta);
+// SiTU is a kernel (kernels/activation.h): a wave applies it to every FFN's whole rows.
 
 // Numerically safe in-place softmax (max-subtracted, fp32).
 void SoftmaxInPlace(float* x, int64_t n);

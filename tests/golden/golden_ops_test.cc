@@ -2,9 +2,12 @@
 // reference): MXFP4 GEMV, SiTU, AttnRes mix, router, one KDA layer and one MLA layer of the tiny
 // checkpoint. Tolerances are the ones ops.json states for an fp32 engine.
 #include <cmath>
+#include <vector>
 
 #include "golden/golden_data.h"
+#include "kernels/activation.h"
 #include "kernels/matvec.h"
+#include "kernels/ref/activation_ref.h"
 #include "model/kda.h"
 #include "model/mla.h"
 #include "model/ops.h"
@@ -59,11 +62,19 @@ TEST(GoldenOps, Mxfp4GemvWithinAbsSumTolerance) {
 TEST(GoldenOps, SituEdgeCases) {
   const auto& cases = Ops()["situ"]["cases"];
   ASSERT_EQ(cases.size(), 155u);
+  // All cases in one call (the dispatched SIMD kernel) and one by one (the scalar reference).
+  std::vector<float> gates, ups;
   for (const auto& cs : cases) {
-    const float gate = cs["gate"], up = cs["up"];
-    const double y = cs["y"];
-    const float got = Situ(gate, up, 4.0f, 25.0f);
-    EXPECT_LE(std::abs(got - y), 2e-6 * std::abs(y) + 1e-30) << "gate " << gate << " up " << up;
+    gates.push_back(cs["gate"]);
+    ups.push_back(cs["up"]);
+  }
+  std::vector<float> got = gates;
+  kernels::SituInPlace(got.data(), ups.data(), static_cast<int64_t>(got.size()), 4.0f, 25.0f);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const double y = cases[i]["y"];
+    const float gate = gates[i], up = ups[i];
+    EXPECT_LE(std::abs(got[i] - y), 2e-6 * std::abs(y) + 1e-30) << "gate " << gate << " up " << up;
+    EXPECT_EQ(got[i], kernels::ref::Situ(gate, up, 4.0f, 25.0f)) << "gate " << gate << " up " << up;
   }
 }
 

@@ -9,17 +9,21 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "base/thread_pool.h"
 #include "hwy/targets.h"
+#include "kernels/activation.h"
 #include "kernels/matvec.h"
+#include "kernels/ref/activation_ref.h"
 #include "kernels/ref/matvec_ref.h"
 
 namespace deltafin::kernels {
@@ -341,6 +345,61 @@ TEST_P(KernelsTest, BatchedEverySizeAndThreadCount) {
   SetDefaultThreadCount(saved);
 }
 
+// SiTU inputs at every scale the model produces and beyond: both tanh branches, the saturation
+// of tanh and of exp's clamp, signed zeros, subnormals, infinities and NaN.
+std::vector<float> SituInputs(std::mt19937& rng, size_t n) {
+  std::vector<float> v = RandomFloats(rng, n, -3.0f, 3.0f);
+  std::uniform_real_distribution<float> mag(-12.0f, 12.0f);
+  std::uniform_int_distribution<int> pick(0, 5);
+  for (auto& f : v) {
+    if (pick(rng) == 0) f = std::ldexp(f, static_cast<int>(mag(rng)));  // 2^-12 .. 2^12 scales
+  }
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            0.625f,
+                            -0.625f,
+                            2.5f,
+                            40.0f,
+                            -87.5f,
+                            90.0f,
+                            250.0f,
+                            -250.0f,
+                            1e30f,
+                            -1e30f,
+                            std::numeric_limits<float>::denorm_min(),
+                            -std::numeric_limits<float>::min(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity()};
+  for (size_t i = 0; i < std::size(specials) && i < n; ++i) v[i * 7 % n] = specials[i];
+  return v;
+}
+
+TEST_P(KernelsTest, SituMatchesReference) {
+  std::mt19937 rng(21);
+  for (int64_t n : {1, 3, 7, 8, 15, 16, 17, 31, 33, 64, 100, 1000, 4099}) {
+    const auto gate = SituInputs(rng, static_cast<size_t>(n));
+    const auto up = SituInputs(rng, static_cast<size_t>(n));
+    std::vector<float> want(gate.size()), got = gate;
+    for (size_t i = 0; i < gate.size(); ++i) want[i] = ref::Situ(gate[i], up[i], 4.0f, 25.0f);
+    SituInPlace(got.data(), up.data(), n, 4.0f, 25.0f);
+    for (size_t i = 0; i < want.size(); ++i) {
+      // Bit for bit, so -0 and +0 differ too.
+      ASSERT_EQ(std::signbit(want[i]), std::signbit(got[i])) << "n " << n << " element " << i;
+      ASSERT_EQ(want[i], got[i]) << "n " << n << " element " << i << ": gate " << gate[i] << " up "
+                                 << up[i];
+    }
+  }
+  // NaN in either input gives NaN, in every lane position.
+  for (int64_t at = 0; at < 19; ++at) {
+    std::vector<float> gate(19, 0.5f), up(19, 0.25f);
+    (at % 2 == 0 ? gate : up)[static_cast<size_t>(at)] = std::numeric_limits<float>::quiet_NaN();
+    SituInPlace(gate.data(), up.data(), 19, 4.0f, 25.0f);
+    for (int64_t i = 0; i < 19; ++i) {
+      EXPECT_EQ(std::isnan(gate[static_cast<size_t>(i)]), i == at) << "NaN at " << at;
+    }
+  }
+}
+
 // Large enough that the rows are split over the pool; results must not depend on thread count.
 TEST_P(KernelsTest, ThreadCountDoesNotChangeResults) {
   if (SingleThreadOnly()) GTEST_SKIP() << "DF_THREADS=1";
@@ -357,6 +416,8 @@ TEST_P(KernelsTest, ThreadCountDoesNotChangeResults) {
   std::vector<float> wantf(want.size()), wantt(static_cast<size_t>(n * cols));
   ref::MatMulF32(wf.data(), rows, cols, x.data(), n, wantf.data(), rows);
   ref::MatTMulF32(wf.data(), rows, cols, xt.data(), n, wantt.data());
+  std::vector<float> want_situ(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want_situ[i] = ref::Situ(wf[i], x[i], 4.0f, 25.0f);
   for (int64_t v = 0; v < n; ++v) {
     ref::MatVecMxfp4(packed.data(), scales.data(), rows, cols, x.data() + v * cols,
                      want.data() + v * rows);
@@ -376,6 +437,11 @@ TEST_P(KernelsTest, ThreadCountDoesNotChangeResults) {
     std::vector<float> gott(wantt.size());
     MatTMulF32(wf.data(), rows, cols, xt.data(), n, gott.data());
     ExpectSame(wantt, gott, "MatTMulF32");
+    // SiTU over rows × cols elements, split over the pool.
+    std::vector<float> situ = wf;
+    SituInPlace(situ.data(), x.data(), static_cast<int64_t>(x.size()), 4.0f, 25.0f);
+    situ.resize(x.size());
+    ExpectSame(want_situ, situ, "SituInPlace");
   }
   SetDefaultThreadCount(saved);
 }
@@ -386,6 +452,44 @@ std::string TargetParamName(const ::testing::TestParamInfo<int64_t>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Simd, KernelsTest,
                          ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()), TargetParamName);
+
+// Distance in units in the last place between two finite floats of the same sign (0 if equal).
+int64_t Ulps(float a, float b) {
+  if (a == b) return 0;
+  if (std::signbit(a) != std::signbit(b)) return std::numeric_limits<int64_t>::max();
+  int32_t ia = 0, ib = 0;
+  std::memcpy(&ia, &a, sizeof a);
+  std::memcpy(&ib, &b, sizeof b);
+  return std::abs(static_cast<int64_t>(ia) - static_cast<int64_t>(ib));
+}
+
+// The engine's exp and tanh (the references every target repeats) against double precision,
+// rounded: every 127th fp32 bit pattern of both signs, within 1 ulp.
+TEST(Activation, ExpAndTanhWithinOneUlp) {
+  int64_t worst_exp = 0, worst_tanh = 0;
+  for (uint32_t bits = 0; bits < 0x7f800000u; bits += 127) {
+    for (uint32_t sign : {0u, 0x80000000u}) {
+      float x = 0;
+      const uint32_t b = bits | sign;
+      std::memcpy(&x, &b, sizeof x);
+      const int64_t t =
+          Ulps(ref::TanhF32(x), static_cast<float>(std::tanh(static_cast<double>(x))));
+      worst_tanh = std::max(worst_tanh, t);
+      ASSERT_LE(t, 1) << "tanh(" << x << ")";
+      if (std::fabs(x) <= 87.0f) {
+        const int64_t e =
+            Ulps(ref::ExpF32(x), static_cast<float>(std::exp(static_cast<double>(x))));
+        worst_exp = std::max(worst_exp, e);
+        ASSERT_LE(e, 1) << "exp(" << x << ")";
+      }
+    }
+  }
+  EXPECT_EQ(ref::TanhF32(std::numeric_limits<float>::infinity()), 1.0f);
+  EXPECT_EQ(ref::TanhF32(-std::numeric_limits<float>::infinity()), -1.0f);
+  EXPECT_EQ(ref::ExpF32(0.0f), 1.0f);
+  RecordProperty("worst_exp_ulps", static_cast<int>(worst_exp));
+  RecordProperty("worst_tanh_ulps", static_cast<int>(worst_tanh));
+}
 
 TEST(ThreadPool, RunsEveryIndexOnce) {
   if (SingleThreadOnly()) GTEST_SKIP() << "DF_THREADS=1";
