@@ -4,7 +4,8 @@
 # sampled json_schema answers all parse and validate, json_object answers parse as objects, an
 # unsupported schema keyword is a 400 naming it; a ~2,000-token system prompt is cached (the second
 # request and the first after a restart report >= 1,900 cached tokens and a time to first token
-# <= 10% of the first's), a corrupted cache file is detected, deleted and ignored, and a cache
+# <= 30% (second request) and <= 50% (after a restart, which reads the cache file) of the first's),
+# a corrupted cache file is detected, deleted and ignored, and a cache
 # folder that cannot be written is a warning, not a failure; --cache-bytes 0 keeps the cache in RAM
 # only (it serves the prefix, writes no folder, and a restart starts cold).
 #   run_json_cache_test.sh DELTAFIN_BINARY WORK_DIR
