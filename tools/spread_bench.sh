@@ -9,7 +9,8 @@
 # num_hidden_layers=$DF_SPREAD_LAYERS`, default 6, under /var/tmp: the bench preset's expert size
 # and routing with fewer layers, so three copies and two drive images fit). The model is copied into
 # three folders spread differently: m1 on drive A alone, m2 on A and B (every expert on both), m3
-# on B alone. The drives are 2 loop devices on ext4 images, throttled per device through cgroup v1
+# on B alone (DF_SPREAD_ONE_FOLDER=1: one folder, spread onto A, then copied onto B as well; see
+# below). The drives are 2 loop devices on ext4 images, throttled per device through cgroup v1
 # blkio.throttle.read_bps_device at DF_SPREAD_MBPS (default 40) MB/s, A at twice that for the
 # 2:1 runs. Needs root; always removes its loop devices, mounts, cgroup and copies (trap).
 set -euo pipefail
@@ -44,6 +45,11 @@ if [[ -z $src_model ]]; then
 fi
 expert_bytes=$(du -sb --apparent-size "$src_model" | cut -f1)
 img_bytes=$(((expert_bytes * 2 + (512 << 20)) >> 20 << 20))
+# One model folder (DF_SPREAD_ONE_FOLDER=1, for a model too big for three copies and two drive
+# images, such as the full bench preset's 17 GB): spread onto A alone (the one-drive and slow-drive
+# runs, A throttled to the slow rate), then a copy of every expert added on B (the two-drive runs).
+one_folder=${DF_SPREAD_ONE_FOLDER:-0}
+[[ $one_folder == 1 ]] && img_bytes=$(((expert_bytes + (512 << 20)) >> 20 << 20))
 
 make_drive() {  # sets $dev (not in a subshell, so the cleanup sees the loop device)
   truncate -s "$img_bytes" "$work/$1.img"
@@ -62,10 +68,16 @@ make_drive a
 dev_a=$dev
 make_drive b
 dev_b=$dev
-for m in m1 m2 m3; do cp -r "$src_model" "$work/$m"; rm -f "$work/$m/.deltafin/placement.json"; done
-"$deltafin" spread --model "$work/m1" --drive "$work/mnt/a/m1" --move
-"$deltafin" spread --model "$work/m2" --drive "$work/mnt/a/m2" --drive "$work/mnt/b/m2" --copies 2 --move
-"$deltafin" spread --model "$work/m3" --drive "$work/mnt/b/m3" --move
+if [[ $one_folder == 1 ]]; then
+  cp -r "$src_model" "$work/m"
+  rm -f "$work/m/.deltafin/placement.json"
+  "$deltafin" spread --model "$work/m" --drive "$work/mnt/a/m" --move
+else
+  for m in m1 m2 m3; do cp -r "$src_model" "$work/$m"; rm -f "$work/$m/.deltafin/placement.json"; done
+  "$deltafin" spread --model "$work/m1" --drive "$work/mnt/a/m1" --move
+  "$deltafin" spread --model "$work/m2" --drive "$work/mnt/a/m2" --drive "$work/mnt/b/m2" --copies 2 --move
+  "$deltafin" spread --model "$work/m3" --drive "$work/mnt/b/m3" --move
+fi
 
 bench() {  # bench NAME MODEL: expert I/O wait per token and drive split, from bench decode --json
   bash -c 'echo $$ >"$0/cgroup.procs"; exec "$@"' "$cg" "$deltafin" bench decode \
@@ -85,12 +97,24 @@ PY
 ratio() { python3 -c "import sys; print('%.2f' % (float(open(sys.argv[1]).read()) / float(open(sys.argv[2]).read())))" "$work/$1.json.io" "$work/$2.json.io"; }
 
 throttle "$rate" "$rate"
-bench one-drive "$work/m1"
-bench two-equal "$work/m2"
-echo "two equal drives / one: $(ratio two-equal one-drive) (target <= 0.6)"
-throttle $((2 * rate)) "$rate"
-bench slow-alone "$work/m3"
-bench two-2to1 "$work/m2"
+if [[ $one_folder == 1 ]]; then
+  bench one-drive "$work/m"
+  # Add a copy of every expert on drive B: the same folder, now on both drives.
+  "$deltafin" spread --model "$work/m" --drive "$work/mnt/a/m" --drive "$work/mnt/b/m" --copies 2
+  bench two-equal "$work/m"
+  echo "two equal drives / one: $(ratio two-equal one-drive) (target <= 0.6)"
+  # The slow drive alone is drive A alone at the slow rate: the one-drive run above.
+  cp "$work/one-drive.json.io" "$work/slow-alone.json.io"
+  throttle $((2 * rate)) "$rate"
+  bench two-2to1 "$work/m"
+else
+  bench one-drive "$work/m1"
+  bench two-equal "$work/m2"
+  echo "two equal drives / one: $(ratio two-equal one-drive) (target <= 0.6)"
+  throttle $((2 * rate)) "$rate"
+  bench slow-alone "$work/m3"
+  bench two-2to1 "$work/m2"
+fi
 echo "2:1 drives, every expert on both / slow drive alone: $(ratio two-2to1 slow-alone) (target <= 0.4)"
 python3 -c '
 import json,sys; d=json.load(open(sys.argv[1]))["drives"]; a,b=d[1]["bytes_read"],d[2]["bytes_read"]

@@ -216,8 +216,17 @@ uint64_t FreeDisk(const std::string& dir) {
 // --- Profiles ---------------------------------------------------------------------------------
 
 json ProfileJson(const MachineProfile& m) {
+  // The first drive's rate and the further drives' apart, so the file reads back as the same
+  // machine (ProfileFromJson).
+  double more = 0;
+  json drives = json::array();
+  for (const double bps : m.more_drive_bps) {
+    more += bps;
+    drives.push_back(bps / 1e9);
+  }
   return {{"name", m.name},
-          {"expert_read_gbps", m.expert_read_bps / 1e9},
+          {"expert_read_gbps", (m.expert_read_bps - more) / 1e9},
+          {"drive_gbps", drives},
           {"memory_gbps", m.memory_bps / 1e9},
           {"bf16_gbps", m.bf16_bps / 1e9},
           {"int8_gbps", m.int8_bps / 1e9},
@@ -258,6 +267,16 @@ Result<MachineProfile> ProfileFromJson(const json& j, const std::string& label) 
   }
   if (j.contains("compute_slowdown_reading")) {  // optional: older profiles lack it
     DF_RETURN_IF_ERROR(get("compute_slowdown_reading", &m.compute_slowdown_reading, 1));
+  }
+  if (j.contains("drive_gbps")) {  // optional: further drives with a copy of every expert
+    const json& d = j["drive_gbps"];
+    if (!d.is_array()) return Status::Error(label + ": field drive_gbps must be a list of GB/s");
+    for (const json& g : d) {
+      if (!g.is_number() || !(g.get<double>() > 0)) {
+        return Status::Error(label + ": field drive_gbps must hold rates > 0 (GB/s)");
+      }
+      m.more_drive_bps.push_back(g.get<double>() * 1e9);
+    }
   }
   DF_RETURN_IF_ERROR(get("threads", &threads, 1));
   DF_RETURN_IF_ERROR(get("ram_budget_gib", &ram, 1));
@@ -473,15 +492,18 @@ Result<MachineMeasurements> MeasureMachine(const PlanArgs& a, const json& profil
 // drive set reads each from the one expected to finish first, so the expert and streamed spine
 // reads run at about the sum of the rates (measured: 0.49x one drive's I/O time with two equal
 // drives, 0.30-0.32x the slow one's with drives at 2:1). The CPU cost per byte read stays.
+// The drives come from the profile (m->more_drive_bps, "drive_gbps") and from --drive-gbps.
 void AddDrives(const std::vector<double>& drive_gbps, MachineProfile* m) {
-  if (drive_gbps.empty()) return;
+  for (const double g : drive_gbps) m->more_drive_bps.push_back(g * 1e9);
+  if (m->more_drive_bps.empty()) return;
   const double one = m->expert_read_bps;
   double extra = 0;
-  for (const double g : drive_gbps) extra += g * 1e9;
+  for (const double bps : m->more_drive_bps) extra += bps;
   m->expert_read_bps += extra;
   char note[160];
   std::snprintf(note, sizeof note, " + %zu more drive%s (%.2f + %.2f GB/s combined)",
-                drive_gbps.size(), drive_gbps.size() == 1 ? "" : "s", one / 1e9, extra / 1e9);
+                m->more_drive_bps.size(), m->more_drive_bps.size() == 1 ? "" : "s", one / 1e9,
+                extra / 1e9);
   m->name += note;
 }
 

@@ -38,6 +38,10 @@ struct MachineProfile {
   // Compute time while the expert readers run at full depth over compute time alone (measured by
   // `plan`; 0 = not known, then io_cpu_s_per_byte stands in for the readers' cost).
   double compute_slowdown_reading = 0;
+  // Further drives holding a copy of every expert (`deltafin spread`), by their expert read rate
+  // (bytes/s): stated with --drive-gbps or a profile's "drive_gbps"; expert_read_bps is the sum
+  // of the first drive's rate and these once AddDrives ran.
+  std::vector<double> more_drive_bps;
   int threads = 1;          // compute threads
   uint64_t ram_budget = 0;  // the engine's budget (cgroup-aware, minus headroom)
   uint64_t free_disk = 0;   // free bytes where the model lives (0: unknown)

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -150,7 +151,31 @@ TEST_F(PlanTest, K3StatedSecondDrive) {
   EXPECT_NE(two.output.find("+ 1 more drive (6.60 + 6.60 GB/s combined)"), std::string::npos)
       << two.output;
   const json a = ReadJson("one.json"), b = ReadJson("two.json");
-  EXPECT_NEAR(b["profile"]["expert_read_gbps"].get<double>(), 13.2, 1e-9);
+  // The profile keeps the first drive's rate and lists the further drives.
+  EXPECT_NEAR(b["profile"]["expert_read_gbps"].get<double>(), 6.6, 1e-9);
+  ASSERT_EQ(b["profile"]["drive_gbps"].size(), 1u) << b["profile"].dump();
+  EXPECT_NEAR(b["profile"]["drive_gbps"][0].get<double>(), 6.6, 1e-9);
+  // A profile file that states the second drive (its "drive_gbps" field) predicts the same: the
+  // plan's own --json read back as a profile.
+  auto from_file = RunCli("plan --k3 --profile " + Path("two.json") + " --mem-limit 64G --json " +
+                          Path("three.json"));
+  ASSERT_EQ(from_file.exit_code, 0) << from_file.output;
+  const json c = ReadJson("three.json");
+  ASSERT_EQ(c["scenarios"].size(), b["scenarios"].size());
+  for (size_t i = 0; i < b["scenarios"].size(); ++i) {
+    EXPECT_EQ(c["scenarios"][i]["predicted_s_per_token"],
+              b["scenarios"][i]["predicted_s_per_token"])
+        << c["scenarios"][i].dump();
+  }
+  json bad_profile = ReadJson("two.json");
+  bad_profile["profile"]["drive_gbps"] = json::array({0});
+  {
+    std::ofstream out(dir_->Join("bad.json"));
+    out << bad_profile.dump();
+  }
+  auto refused = RunCli("plan --k3 --profile " + Path("bad.json"));
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("drive_gbps"), std::string::npos) << refused.output;
   bool compared = false;
   for (size_t i = 0; i < a["scenarios"].size(); ++i) {
     const auto& x = a["scenarios"][i];
