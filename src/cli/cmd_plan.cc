@@ -24,9 +24,11 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -39,6 +41,7 @@
 #include "cli/commands.h"
 #include "cli/memory_cgroup.h"
 #include "cli/plan_model.h"
+#include "cli/plan_prefill_sample.h"
 #include "io/direct_file.h"
 #include "io/mapped_file.h"
 #include "modelgen/make_model.h"
@@ -553,10 +556,21 @@ struct PlanResult {
   StreamingAssumptions assume;
   SpeculationAssumptions spec;
   std::vector<Row> rows;
+  std::string prefill_method;  // how the prefill's compute was predicted
 };
 
 // The scenarios, each with the budget `bench decode` gives it, for both spine formats.
-Status PredictRows(const PlanModel& pm, uint64_t mem_limit, PlanResult* r) {
+Status PredictRows(const PlanModel& pm, uint64_t mem_limit, PrefillSampler* sampler,
+                   PlanResult* r) {
+  std::map<int64_t, double> sampled;  // compute seconds by wave size
+  auto sampled_compute = [&](int64_t wave) -> Result<double> {
+    if (sampler == nullptr) return 0.0;
+    auto it = sampled.find(wave);
+    if (it != sampled.end()) return it->second;
+    DF_ASSIGN_OR_RETURN(const double s, sampler->Seconds(pm.prompt_tokens, wave));
+    sampled[wave] = s;
+    return s;
+  };
   for (const std::string spine : {"bf16", "int8"}) {
     DF_ASSIGN_OR_RETURN(const ModelInfo shape, SpineShape(pm, spine));
     const ModelWorkload w = WorkloadFrom(shape);
@@ -584,7 +598,8 @@ Status PredictRows(const PlanModel& pm, uint64_t mem_limit, PlanResult* r) {
       if (row.plan.note.empty()) row.plan.note = s.note;
       row.p = PredictScenario(r->m, w, row.plan, r->assume);
       if (row.plan.fits) {
-        row.prefill = PredictPrefill(r->m, w, row.plan, pm.prompt_tokens, prefill_flops);
+        DF_ASSIGN_OR_RETURN(const double compute_s, sampled_compute(row.plan.prefill_wave));
+        row.prefill = PredictPrefill(r->m, w, row.plan, pm.prompt_tokens, prefill_flops, compute_s);
       }
       const uint64_t need = std::string(s.name) == "resident" ? spine_bytes + w.all_expert_bytes()
                             : s.limit == kNoLimit             ? 0
@@ -674,9 +689,8 @@ void PrintTable(const PlanModel& pm, const PlanResult& r) {
   std::printf(
       "prefill s: time to first token for a %lld-token prompt (--prompt-tokens) in the plan's "
       "waves (wave = positions x waves): max(expert and streamed-spine bytes each wave must read "
-      "/ read bandwidth, FLOPs / batched kernel rate); `bench prefill --scenario NAME` measures "
-      "it.\n",
-      static_cast<long long>(pm.prompt_tokens));
+      "/ read bandwidth, compute); compute %s; `bench prefill --scenario NAME` measures it.\n",
+      static_cast<long long>(pm.prompt_tokens), r.prefill_method.c_str());
 }
 
 // The fastest `auto` row that fits this machine, speculation aside; null when none does.
@@ -786,6 +800,7 @@ Status WritePlanJson(const PlanArgs& a, const PlanModel& pm, const PlanResult& r
   doc["profile"] = ProfileJson(r.m);
   doc["mem_limit"] = r.machine_budget;
   doc["prompt_tokens"] = pm.prompt_tokens;
+  doc["prefill_method"] = r.prefill_method;
   json queue = json::array();
   for (const auto& d : r.depths) queue.push_back({{"depth", d.depth}, {"gbps", d.bps / 1e9}});
   doc["direct_read_by_queue_depth"] = queue;
@@ -858,7 +873,33 @@ int RunPlan(const PlanArgs& a) {
   r.machine_budget = mem_limit > 0 ? mem_limit : r.m.ram_budget;
   AddDrives(a.drive_gbps, &r.m);
   r.spec = {a.acceptance, a.draft_tokens};
-  if (Status st = PredictRows(pm, mem_limit, &r); !st.ok()) return Fail(st);
+  // Where the machine is measured, the prefill's compute is measured too, on a sample of the
+  // model (cli/plan_prefill_sample.h); a stated profile keeps the FLOP model.
+  std::optional<PrefillSampler> sampler;
+  if (profile_doc.is_null() && pm.prompt_tokens > 0) {
+    std::string config_text = pm.config_json;
+    if (config_text.empty()) {
+      auto read = ReadFileToString(pm.options.model_dir + "/config.json");
+      if (read.ok()) config_text = *read;
+    }
+    std::fprintf(stderr, "plan: measuring prefill on a sample of the model...\n");
+    auto made = PrefillSampler::Create(config_text, a.threads);
+    if (made.ok()) {
+      sampler.emplace(std::move(*made));
+      r.prefill_method = "measured on a " + std::to_string(sampler->sample_layers()) +
+                         "-layer sample of the model (its widths, experts and top-k; BF16 spine), "
+                         "scaled to its layers";
+    } else {
+      r.prefill_method =
+          "FLOPs / batched kernel rate (not sampled: " + made.status().message() + ")";
+    }
+  } else {
+    r.prefill_method = "FLOPs / batched kernel rate (a stated profile is not sampled)";
+  }
+  if (Status st = PredictRows(pm, mem_limit, sampler ? &*sampler : nullptr, &r); !st.ok()) {
+    return Fail(st);
+  }
+  sampler.reset();
 
   PrintMachine(a, pm, r, mem_limit);
   PrintTable(pm, r);

@@ -122,7 +122,8 @@ Prediction PredictScenario(const MachineProfile& m, const ModelWorkload& w, cons
 }
 
 PrefillPrediction PredictPrefill(const MachineProfile& m, const ModelWorkload& w,
-                                 const ScenarioPlan& p, int64_t prompt_tokens, double flops) {
+                                 const ScenarioPlan& p, int64_t prompt_tokens, double flops,
+                                 double sampled_compute_s) {
   PrefillPrediction r;
   const int64_t wave = std::max<int64_t>(p.prefill_wave, 1);
   r.waves = (prompt_tokens + wave - 1) / wave;
@@ -149,7 +150,7 @@ PrefillPrediction PredictPrefill(const MachineProfile& m, const ModelWorkload& w
     calls_s +=
         D(w.spine_products) * m.bf16_call_s + distinct * D(w.num_moe_layers) * 3 * m.mxfp4_call_s;
   }
-  r.compute_s = Div(flops, rate) + calls_s;
+  r.compute_s = sampled_compute_s > 0 ? sampled_compute_s : Div(flops, rate) + calls_s;
   r.seconds = std::max(r.read_s, r.compute_s);
   r.bound = r.read_s > r.compute_s ? "read" : "compute";
   return r;

@@ -130,8 +130,11 @@ struct PrefillPrediction {
 // peak at 16 rows on the 2-vCPU machine of docs/PERFORMANCE.md (issue 32's measurement).
 inline constexpr double kPrefillFmaEfficiency = 0.45;
 
+// `sampled_compute_s` > 0: the compute measured on a sample of the model
+// (cli/plan_prefill_sample.h) replaces the FLOP model's.
 PrefillPrediction PredictPrefill(const MachineProfile& m, const ModelWorkload& w,
-                                 const ScenarioPlan& p, int64_t prompt_tokens, double flops);
+                                 const ScenarioPlan& p, int64_t prompt_tokens, double flops,
+                                 double sampled_compute_s = 0);
 
 // Seconds of kernel work one decode step does with everything in RAM.
 double ResidentComputeSeconds(const MachineProfile& m, const ModelWorkload& w, bool int8);

@@ -76,16 +76,28 @@ ScopedTempDir* PlanTest::dir_ = nullptr;
 std::string* PlanTest::model_ = nullptr;
 
 TEST_F(PlanTest, TinyModelJson) {
-  auto r = RunCli("plan --model " + Model() + " --quick --json " + Path("plan.json"));
+  ScopedTempDir tmp;  // where the prefill sample is written (and removed)
+  auto r = RunShell("TMPDIR=" + ShellQuote(tmp.path()) + " timeout 60 " + ShellQuote(DF_BINARY) +
+                    " plan --model " + Model() + " --quick --json " + Path("plan.json") + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::is_empty(tmp.path())) << "the prefill sample was left behind";
   EXPECT_NE(r.output.find("recommendation:"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("a model of the pass cost at a stated acceptance"), std::string::npos)
       << r.output;
   const json j = ReadJson("plan.json");
   // The tiny model's half-spine budget is too small for its session: that row says why.
   ExpectScenarios(j, false);
+  // The prefill's compute was measured on a sample of the model, for every scenario that fits.
+  EXPECT_NE(j["prefill_method"].get<std::string>().find("measured on a 5-layer sample"),
+            std::string::npos)
+      << j["prefill_method"];
   // Streaming reads bytes; everything mapped reads none.
   for (const auto& s : j["scenarios"]) {
+    if (s["feasible"].get<bool>()) {
+      EXPECT_GT(s["prefill_compute_s"].get<double>(), 0.0) << s.dump();
+      EXPECT_GE(s["predicted_prefill_s"].get<double>(), s["prefill_compute_s"].get<double>())
+          << s.dump();
+    }
     if (!s["feasible"].get<bool>()) {
       EXPECT_EQ(s["name"], "stream-spine-streamed") << s.dump();
       EXPECT_NE(s["note"].get<std::string>().find("too small"), std::string::npos) << s.dump();
@@ -106,6 +118,10 @@ TEST_F(PlanTest, TinyModelJson) {
                       Path("again.json"));
   ASSERT_EQ(again.exit_code, 0) << again.output;
   const json k = ReadJson("again.json");
+  // A stated profile is not sampled: the FLOP model, and the plan says so.
+  EXPECT_NE(k["prefill_method"].get<std::string>().find("a stated profile is not sampled"),
+            std::string::npos)
+      << k["prefill_method"];
   ASSERT_EQ(k["scenarios"].size(), j["scenarios"].size());
   for (size_t i = 0; i < k["scenarios"].size(); ++i) {
     const auto& a = j["scenarios"][i];
@@ -215,8 +231,14 @@ TEST_F(PlanTest, K3ProbeFileIsRemoved) {
   auto r = RunCli("plan --k3 --quick --probe-dir " + ShellQuote(probe.path()) + " --json " +
                   Path("k3m.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  ExpectScenarios(ReadJson("k3m.json"), false);
+  const json k3 = ReadJson("k3m.json");
+  ExpectScenarios(k3, false);
   EXPECT_TRUE(std::filesystem::is_empty(probe.path())) << "the probe file was left behind";
+  // A K3 sample would hold 4 MoE layers of 15.7 GB of experts: not sampled, with the reason.
+  EXPECT_NE(
+      k3["prefill_method"].get<std::string>().find("not sampled: a 5-layer sample would be about"),
+      std::string::npos)
+      << k3["prefill_method"];
 }
 
 TEST_F(PlanTest, BadInputIsAUsageError) {
