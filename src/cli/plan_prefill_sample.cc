@@ -1,8 +1,7 @@
 #include "cli/plan_prefill_sample.h"
 
-#include <stdlib.h>
-
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
