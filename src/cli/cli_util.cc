@@ -301,4 +301,18 @@ int UsageError(const std::string& message) {
   return kExitUsage;
 }
 
+std::vector<int32_t> BenchPromptIds(int64_t n, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  uint64_t x = seed;
+  for (auto& id : ids) {
+    x += 0x9E3779B97F4A7C15ull;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    id = static_cast<int32_t>(z % static_cast<uint64_t>(vocab));
+  }
+  return ids;
+}
+
 }  // namespace deltafin::cli

@@ -71,6 +71,10 @@ Status CheckOutputPath(const std::string& flag, const std::string& path);
 // "1,2, 3" -> {1, 2, 3}; rejects empty lists, junk and values outside int32.
 Result<std::vector<int32_t>> ParseTokenList(const std::string& text);
 
+// The prompts `bench prefill` and `plan`'s prefill sample feed: n token ids spread over the whole
+// vocabulary, the same for a seed on every machine (splitmix64).
+std::vector<int32_t> BenchPromptIds(int64_t n, int64_t vocab, uint64_t seed);
+
 // Writes `bytes` to `path` with io/durable_file.h's WriteFileDurably through "<path>.partial", so
 // a failed or killed run never leaves a truncated file where a good one was.
 Status WriteFileAtomically(const std::string& path, const void* bytes, size_t size);

@@ -43,21 +43,6 @@ struct PrefillBenchArgs {
   std::string svg_path;
 };
 
-// Token ids spread over the whole vocabulary, the same for a seed on every machine (splitmix64).
-std::vector<int32_t> PromptIds(int64_t n, int64_t vocab, uint64_t seed) {
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  uint64_t x = seed;
-  for (auto& id : ids) {
-    x += 0x9E3779B97F4A7C15ull;
-    uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    id = static_cast<int32_t>(z % static_cast<uint64_t>(vocab));
-  }
-  return ids;
-}
-
 Result<nlohmann::json> MeasurePrefill(const PrefillBenchArgs& a, const EngineOptions& options) {
   DF_ASSIGN_OR_RETURN(auto engine, Engine::Load(options));
   const ModelInfo& info = engine->info();
@@ -91,7 +76,7 @@ Result<nlohmann::json> MeasurePrefill(const PrefillBenchArgs& a, const EngineOpt
     std::snprintf(line, sizeof line, "fp32 multiply-add peak: %.1f GFLOP/s", peak_flops / 1e9);
     LogInfo(line);
   }
-  const std::vector<int32_t> prompt = PromptIds(a.prompt_tokens, info.vocab_size, a.seed);
+  const std::vector<int32_t> prompt = BenchPromptIds(a.prompt_tokens, info.vocab_size, a.seed);
   auto session = engine->NewSession();
   if (!info.experts_streamed) {
     // All in RAM: a first pass brings the mapped weights into memory.

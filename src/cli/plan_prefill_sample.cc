@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "cli/cli_util.h"
 #include "deltafin/engine.h"
 #include "modelgen/make_model.h"
 
@@ -56,22 +57,6 @@ std::vector<std::string> SampleOverrides(const json& model_tc, const json& prese
   }
   out.push_back("num_hidden_layers=" + std::to_string(layers));
   return out;
-}
-
-// Token ids spread over the vocabulary (splitmix64), the same on every run.
-std::vector<int32_t> SampleTokens(int64_t n, int64_t vocab) {
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  uint64_t x = 7;
-  for (auto& id : ids) {
-    x += 0x9E3779B97F4A7C15ull;
-    uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    // Below the special ids (the last 256 of the vocabulary).
-    id = static_cast<int32_t>(z % static_cast<uint64_t>(std::max<int64_t>(vocab - 256, 1)));
-  }
-  return ids;
 }
 
 double Ratio(int64_t model, int64_t sample) {
@@ -153,7 +138,7 @@ Result<double> PrefillSampler::Seconds(int64_t prompt_tokens, int64_t wave) {
   o.threads = threads_;
   DF_ASSIGN_OR_RETURN(auto engine, Engine::Load(o));
   auto session = engine->NewSession();
-  const std::vector<int32_t> tokens = SampleTokens(positions, vocab_);
+  const std::vector<int32_t> tokens = BenchPromptIds(positions, vocab_, 1);  // bench prefill's
   // A short warm-up (thread pool, first touches), then the measured prefill.
   DF_RETURN_IF_ERROR(
       session->Prefill(std::span(tokens).first(std::min<size_t>(16, tokens.size()))));
