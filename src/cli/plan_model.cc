@@ -151,6 +151,9 @@ PrefillPrediction PredictPrefill(const MachineProfile& m, const ModelWorkload& w
         D(w.spine_products) * m.bf16_call_s + distinct * D(w.num_moe_layers) * 3 * m.mxfp4_call_s;
   }
   r.compute_s = sampled_compute_s > 0 ? sampled_compute_s : Div(flops, rate) + calls_s;
+  // The readers' CPU time (system time per byte, measured) takes cores from the products, as in a
+  // decode step.
+  r.compute_s += bytes * m.io_cpu_s_per_byte / std::max(1, m.threads);
   r.seconds = std::max(r.read_s, r.compute_s);
   r.bound = r.read_s > r.compute_s ? "read" : "compute";
   return r;

@@ -115,8 +115,9 @@ struct Prediction {
 // with top-k, T positions choose E·(1 − (1 − k/E)^T) on average) once, and a streamed spine's
 // streamed layers once; it computes the prompt's FLOPs (PrefillFlops) at the batched kernels'
 // measured rate, plus the fixed cost of its kernel calls (one per spine product, three per
-// expert run). Reads run behind compute (the next expert's read overlaps the current one's
-// products), so a wave takes the longer of the two.
+// expert run), or the compute measured on a sample of the model; plus the readers' CPU time
+// (bytes read × io_cpu_s_per_byte ÷ threads). Reads run behind compute (the next expert's read
+// overlaps the current one's products), so a wave takes the longer of the two.
 struct PrefillPrediction {
   double seconds = 0;
   double read_s = 0;     // bytes that must be read / expert read bandwidth
