@@ -206,6 +206,7 @@ struct DriveStats {
 struct DiskProbe {
   double bytes_per_second = 0;
   std::string pattern;  // what was read, for logs and reports ("256 random expert reads", ...)
+  std::vector<DriveStats> drives;  // a spread model: what each drive served of the probe's reads
 };
 
 // Ok when every id lies in [0, vocab_size); otherwise an error naming the first one that does not.

@@ -399,6 +399,54 @@ struct MachineMeasurements {
   std::vector<DepthResult> depths;  // direct reads by queue depth (empty from a profile)
 };
 
+// A model spread over several drives (`deltafin spread`): its shard files in the model folder may
+// be holes, so the reads are measured the way the engine makes them, through its drive set (each
+// expert from the copy expected to finish first, --io-threads reads in flight per drive). Sets
+// the combined rate, the readers' CPU time per byte and the slowdown, and prints each drive's
+// share and rate.
+Status MeasureSpreadDrives(const PlanArgs& a, const PlanModel& pm, MachineMeasurements* out) {
+  MachineProfile& m = out->profile;
+  EngineOptions o = pm.options;
+  o.experts = EngineOptions::Experts::kStreamed;
+  o.io_threads = a.io_threads;
+  DF_ASSIGN_OR_RETURN(auto engine, Engine::Load(o));
+  const int64_t reads = std::clamp<int64_t>(
+      static_cast<int64_t>((a.quick ? (128ull << 20) : (1ull << 30)) / pm.info.expert_bytes), 64,
+      4096);
+  std::fprintf(stderr,
+               "plan: the model is spread over drives: measuring %lld expert reads "
+               "through its drive set...\n",
+               static_cast<long long>(reads));
+  const uint64_t seed = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  const double cpu0 = CpuSeconds();
+  DF_ASSIGN_OR_RETURN(const DiskProbe probe, engine->ProbeDiskBandwidth(reads, seed));
+  const double cpu = CpuSeconds() - cpu0;
+  uint64_t bytes = 0;
+  for (const DriveStats& d : probe.drives) {
+    bytes += d.bytes_read;
+    std::fprintf(stderr, "plan:   drive %s: %s in %llu reads, %.2f GB/s while busy\n",
+                 d.path.c_str(), HumanBytes(d.bytes_read).c_str(),
+                 static_cast<unsigned long long>(d.reads), d.gbps);
+  }
+  m.expert_read_bps = probe.bytes_per_second;
+  m.io_cpu_s_per_byte = bytes > 0 ? cpu / static_cast<double>(bytes) : 0;
+  out->depths.push_back({a.io_threads, probe.bytes_per_second});
+  std::fprintf(stderr, "plan: measuring the kernels while experts are read...\n");
+  Status load_status = Status::Ok();
+  uint64_t load_seed = seed ^ 0x5bd1e995ull;
+  m.compute_slowdown_reading = bench::Bf16SlowdownUnder(
+      [&](const std::atomic<bool>& stop) {
+        while (!stop.load() && load_status.ok()) {
+          auto r = engine->ProbeDiskBandwidth(16, ++load_seed);
+          if (!r.ok()) load_status = r.status();
+        }
+      },
+      a.quick);
+  DF_RETURN_IF_ERROR(load_status);
+  m.free_disk = FreeDisk(a.model_dir);
+  return Status::Ok();
+}
+
 // Expert-size direct reads over queue depths, then the kernels while they run (the slowdown).
 Status MeasureDisk(const PlanArgs& a, uint64_t expert_bytes, MachineMeasurements* out) {
   MachineProfile& m = out->profile;
@@ -482,7 +530,13 @@ Result<MachineMeasurements> MeasureMachine(const PlanArgs& a, const json& profil
   m.fma_per_s = c.fma_per_s;
   m.batched_flops = c.mxfp4_batched_flops;
   m.threads = c.threads;
-  DF_RETURN_IF_ERROR(MeasureDisk(a, pm.info.expert_bytes, &out));
+  std::error_code ec;
+  if (!a.model_dir.empty() && a.probe_dir.empty() &&
+      fs::exists(a.model_dir + "/.deltafin/placement.json", ec)) {
+    DF_RETURN_IF_ERROR(MeasureSpreadDrives(a, pm, &out));
+  } else {
+    DF_RETURN_IF_ERROR(MeasureDisk(a, pm.info.expert_bytes, &out));
+  }
   std::fprintf(stderr, "plan: measured in %.1f s\n", Seconds(t0, Clock::now()));
   EngineOptions machine = pm.options;
   machine.mem_limit = 0;

@@ -466,8 +466,9 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& plain_options)
 Result<DiskProbe> Engine::ProbeDiskBandwidth(int64_t expert_reads, uint64_t seed) const {
   std::lock_guard<std::mutex> lock(impl_->stream_mutex);
   // A spread model is probed through its drive set, so the probe sees every drive's bandwidth.
+  DriveSetReader* drive_set = nullptr;
   DF_ASSIGN_OR_RETURN(auto reader, OpenExpertReader(*impl_->weights, impl_->options.model_dir,
-                                                    impl_->options.direct_io));
+                                                    impl_->options.direct_io, &drive_set));
   DiskProbe probe;
   if (impl_->spine_ring == nullptr) {
     DF_ASSIGN_OR_RETURN(
@@ -482,6 +483,7 @@ Result<DiskProbe> Engine::ProbeDiskBandwidth(int64_t expert_reads, uint64_t seed
                     std::to_string(impl_->weights->config.num_experts_per_token) +
                     " random experts a MoE layer, in pass order";
   }
+  if (drive_set != nullptr) probe.drives = drive_set->Stats();
   return probe;
 }
 

@@ -90,6 +90,16 @@ TEST_F(SpreadTest, CopiesAndMovesKeepTheLogits) {
   EXPECT_EQ(mapped.exit_code, 1) << mapped.output;
   EXPECT_NE(mapped.output.find("use --experts streamed"), std::string::npos) << mapped.output;
 
+  // plan measures the reads through the drive set (the model folder's shards are holes now):
+  // each drive's share is printed, the model folder serves none.
+  auto plan = RunCli("plan --model " + ShellQuote(model_) + " --quick --prompt-tokens 16");
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("expert reads through its drive set"), std::string::npos)
+      << plan.output;
+  EXPECT_NE(plan.output.find("drive " + model_ + ": 0 B in 0 reads"), std::string::npos)
+      << plan.output;
+  EXPECT_NE(plan.output.find("drive " + Drive(1) + ": "), std::string::npos) << plan.output;
+  EXPECT_EQ(plan.output.find("drive " + Drive(1) + ": 0 B"), std::string::npos) << plan.output;
   // run --stats-json: the model folder serves nothing now, both drives serve reads.
   const std::string stats = dir_.Join("stats.json");
   auto run =
