@@ -12,7 +12,8 @@
 # on B alone (DF_SPREAD_ONE_FOLDER=1: one folder, spread onto A, then copied onto B as well; see
 # below). The drives are 2 loop devices on ext4 images, throttled per device through cgroup v1
 # blkio.throttle.read_bps_device at DF_SPREAD_MBPS (default 40) MB/s, A at twice that for the
-# 2:1 runs. Needs root; always removes its loop devices, mounts, cgroup and copies (trap).
+# 2:1 runs. Each placement's logits of an 8-token prompt (experts streamed) must equal the
+# unspread model's (experts mapped) byte for byte. Needs root; always removes its loop devices, mounts, cgroup and copies (trap).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -96,11 +97,24 @@ PY
 }
 ratio() { python3 -c "import sys; print('%.2f' % (float(open(sys.argv[1]).read()) / float(open(sys.argv[2]).read())))" "$work/$1.json.io" "$work/$2.json.io"; }
 
+# Logits of a short prompt with every expert mapped from the source model: every placement below
+# must give the same bytes (the drive set reads whichever copy, and copies are byte-identical).
+"$deltafin" logits --model "$src_model" --tokens 1,2,3,4,5,6,7,8 --experts mapped \
+  --out "$work/ref.f32" >/dev/null 2>&1 || { echo "FAIL: reference logits" >&2; exit 1; }
+same_logits() {  # same_logits MODEL: streamed from its placement (outside the throttled cgroup)
+  "$deltafin" logits --model "$1" --tokens 1,2,3,4,5,6,7,8 --experts streamed \
+    --out "$work/spread.f32" >/dev/null 2>&1 || { echo "FAIL: logits of $1" >&2; exit 1; }
+  cmp -s "$work/ref.f32" "$work/spread.f32" || { echo "FAIL: logits of $1 differ" >&2; exit 1; }
+  echo "logits of $(basename "$1") ($2): identical to the unspread model's"
+}
+
 throttle "$rate" "$rate"
 if [[ $one_folder == 1 ]]; then
+  same_logits "$work/m" "every expert on drive A only"
   bench one-drive "$work/m"
   # Add a copy of every expert on drive B: the same folder, now on both drives.
   "$deltafin" spread --model "$work/m" --drive "$work/mnt/a/m" --drive "$work/mnt/b/m" --copies 2
+  same_logits "$work/m" "every expert on drives A and B"
   bench two-equal "$work/m"
   echo "two equal drives / one: $(ratio two-equal one-drive) (target <= 0.6)"
   # The slow drive alone is drive A alone at the slow rate: the one-drive run above.
@@ -108,6 +122,9 @@ if [[ $one_folder == 1 ]]; then
   throttle $((2 * rate)) "$rate"
   bench two-2to1 "$work/m"
 else
+  same_logits "$work/m1" "drive A only"
+  same_logits "$work/m2" "drives A and B"
+  same_logits "$work/m3" "drive B only"
   bench one-drive "$work/m1"
   bench two-equal "$work/m2"
   echo "two equal drives / one: $(ratio two-equal one-drive) (target <= 0.6)"
