@@ -24,6 +24,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -399,6 +400,19 @@ struct MachineMeasurements {
   std::vector<DepthResult> depths;  // direct reads by queue depth (empty from a profile)
 };
 
+// The kernels while experts are read: `read_once` reads a batch of experts, again and again until
+// the BF16 probe is done; sets m->compute_slowdown_reading. A failed read ends it with its error.
+Status MeasureSlowdown(bool quick, const std::function<Status()>& read_once, MachineProfile* m) {
+  std::fprintf(stderr, "plan: measuring the kernels while experts are read...\n");
+  Status load_status = Status::Ok();
+  m->compute_slowdown_reading = bench::Bf16SlowdownUnder(
+      [&](const std::atomic<bool>& stop) {
+        while (!stop.load() && load_status.ok()) load_status = read_once();
+      },
+      quick);
+  return load_status;
+}
+
 // A model spread over several drives (`deltafin spread`): its shard files in the model folder may
 // be holes, so the reads are measured the way the engine makes them, through its drive set (each
 // expert from the copy expected to finish first, --io-threads reads in flight per drive). Sets
@@ -431,18 +445,9 @@ Status MeasureSpreadDrives(const PlanArgs& a, const PlanModel& pm, MachineMeasur
   m.expert_read_bps = probe.bytes_per_second;
   m.io_cpu_s_per_byte = bytes > 0 ? cpu / static_cast<double>(bytes) : 0;
   out->depths.push_back({a.io_threads, probe.bytes_per_second});
-  std::fprintf(stderr, "plan: measuring the kernels while experts are read...\n");
-  Status load_status = Status::Ok();
   uint64_t load_seed = seed ^ 0x5bd1e995ull;
-  m.compute_slowdown_reading = bench::Bf16SlowdownUnder(
-      [&](const std::atomic<bool>& stop) {
-        while (!stop.load() && load_status.ok()) {
-          auto r = engine->ProbeDiskBandwidth(16, ++load_seed);
-          if (!r.ok()) load_status = r.status();
-        }
-      },
-      a.quick);
-  DF_RETURN_IF_ERROR(load_status);
+  DF_RETURN_IF_ERROR(MeasureSlowdown(
+      a.quick, [&] { return engine->ProbeDiskBandwidth(16, ++load_seed).status(); }, &m));
   m.free_disk = FreeDisk(a.model_dir);
   return Status::Ok();
 }
@@ -485,21 +490,17 @@ Status MeasureDisk(const PlanArgs& a, uint64_t expert_bytes, MachineMeasurements
       m.io_cpu_s_per_byte = cpu;
     }
   }
-  std::fprintf(stderr, "plan: measuring the kernels while experts are read...\n");
-  Status load_status = Status::Ok();
   uint64_t load_seed = seed ^ 0x5bd1e995ull;
-  m.compute_slowdown_reading = bench::Bf16SlowdownUnder(
-      [&](const std::atomic<bool>& stop) {
-        while (!stop.load() && load_status.ok()) {
-          double unused = 0;
-          auto r = ProbeDirectReads(expert_files, expert_bytes, a.io_threads,
-                                    a.quick ? (16ull << 20) : (128ull << 20), 0.25, ++load_seed,
-                                    &unused);
-          if (!r.ok()) load_status = r.status();
-        }
+  DF_RETURN_IF_ERROR(MeasureSlowdown(
+      a.quick,
+      [&] {
+        double unused = 0;
+        return ProbeDirectReads(expert_files, expert_bytes, a.io_threads,
+                                a.quick ? (16ull << 20) : (128ull << 20), 0.25, ++load_seed,
+                                &unused)
+            .status();
       },
-      a.quick);
-  DF_RETURN_IF_ERROR(load_status);
+      &m));
   m.free_disk = FreeDisk(disk_dir);
   return Status::Ok();
 }
