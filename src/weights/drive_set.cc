@@ -122,7 +122,8 @@ uint64_t DriveSetReader::DiskBytes(int /*shard*/, uint64_t offset, uint64_t leng
 
 const char* DriveSetReader::ModeName() const { return buffered_ ? "buffered" : "direct"; }
 
-int DriveSetReader::BestLocked(int32_t key, uint64_t bytes, uint32_t allowed) const {
+int DriveSetReader::BestLocked(int32_t key, uint64_t bytes, uint32_t allowed,
+                               double* cost_out) const {
   const uint32_t bits = copies_[static_cast<size_t>(key)] & allowed;
   int best = -1;
   double best_cost = 0;
@@ -135,6 +136,7 @@ int DriveSetReader::BestLocked(int32_t key, uint64_t bytes, uint32_t allowed) co
       best_cost = cost;
     }
   }
+  if (cost_out != nullptr) *cost_out = best_cost;
   return best;
 }
 
@@ -156,9 +158,15 @@ int DriveSetReader::Choose(int shard, uint64_t offset, uint64_t length, uint32_t
   if (key < 0) return 0;  // ReadOn reports it
   const uint64_t bytes = DiskBytes(shard, offset, length);
   std::lock_guard<std::mutex> lock(mu_);
-  int best = BestLocked(key, bytes, free_drives);
+  // The copy expected to finish first among the drives with room, unless a full drive would
+  // finish it sooner still: then the read waits for that drive rather than going to a slower one
+  // (a drive twice as fast takes twice the queued bytes before a slower one wins). Ties go to
+  // the drive with room.
+  double free_cost = 0, any_cost = 0;
+  int best = BestLocked(key, bytes, free_drives, &free_cost);
+  const int any = BestLocked(key, bytes, ~0u, &any_cost);
+  if (any >= 0 && (best < 0 || any_cost < free_cost)) return -1;
   if (best < 0) {
-    if (BestLocked(key, bytes, ~0u) >= 0) return -1;  // its good drives are all full: wait
     // No good copy left: a drive holding one, for ReadOn to report. It must be one with room (the
     // scheduler counts the read on that drive's lane); if none has room, wait like a full drive.
     const uint32_t bits = copies_[static_cast<size_t>(key)];

@@ -12,7 +12,9 @@
 // IoScheduler, where each drive is a lane with its own queue depth (--io-threads reads in flight
 // per drive): the streamer asks Choose for a drive among those with room when it hands a read to
 // a thread, so reads whose copies are on a stalled drive wait without holding up reads that can
-// go to another drive.
+// go to another drive. A read whose cheapest copy is on a full drive waits for that drive too:
+// sending it to a slower drive with room would finish it later and split the bytes closer to
+// 1 : 1 than the drives' speeds (1.6 : 1 at 2 : 1 speeds, docs/PERFORMANCE.md).
 //
 // A drive that fails a read is marked bad for the rest of the run (one warning) and the expert is
 // read from another copy; with none left the read fails with an error naming the drive, the file
@@ -49,10 +51,12 @@ class DriveSetReader final : public ExpertSpanReader {
   Result<const uint8_t*> Read(int shard, uint64_t offset, uint64_t length, uint8_t* buffer,
                               size_t capacity) override;
   int Drives() const override { return static_cast<int>(drives_.size()); }
-  // The drive of the copy expected to finish first among `free_drives`, counted in flight there;
-  // -1 when every good drive holding a copy is full. With no good copy left it returns a drive
-  // holding one anyway, so ReadOn reports the failure, but only one in `free_drives` (-1 while
-  // those are all full: the scheduler counts the read on the lane it returns).
+  // The drive in `free_drives` of the copy expected to finish first, counted in flight there; -1
+  // (wait) when a full drive would finish it sooner still, even if a slower drive has room (the
+  // read starts when the faster drive's lane frees, and ends sooner), or when every good drive
+  // holding a copy is full. Ties go to a drive with room. With no good copy left it returns a
+  // drive holding one anyway, so ReadOn reports the failure, but only one in `free_drives` (-1
+  // while those are all full: the scheduler counts the read on the lane it returns).
   int Choose(int shard, uint64_t offset, uint64_t length, uint32_t free_drives) override;
   // Reads from `drive` (chosen by Choose); if that drive fails or failed meanwhile, from another
   // copy at once, whatever its queue depth.
@@ -86,8 +90,8 @@ class DriveSetReader final : public ExpertSpanReader {
   int32_t Key(int shard, uint64_t offset) const;  // layer * E + expert, -1 if unknown
   double BusyNowLocked(const Drive& d, std::chrono::steady_clock::time_point now) const;
   // The good drive holding a copy of `key` (of `bytes`) expected to finish first among `allowed`;
-  // -1 if none.
-  int BestLocked(int32_t key, uint64_t bytes, uint32_t allowed) const;
+  // -1 if none. *cost (if not null): its expected seconds to finish.
+  int BestLocked(int32_t key, uint64_t bytes, uint32_t allowed, double* cost = nullptr) const;
   void ReserveLocked(Drive& d, uint64_t bytes);  // one more read in flight on d
   void ReleaseLocked(Drive& d, uint64_t bytes);
 

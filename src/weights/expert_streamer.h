@@ -48,8 +48,9 @@ class ExpertSpanReader {
   // of the IoScheduler with its own queue depth.
   virtual int Drives() const { return 1; }
   // Chooses the drive of a read among `free_drives` (bit d: drive d may take another read) and
-  // counts the read as in flight there until ReadOn ends; -1 when no drive holding the bytes has
-  // room. Called with the streamer's mutex held; must not block on a read.
+  // counts the read as in flight there until ReadOn ends; -1 when the read should wait (no drive
+  // holding the bytes has room, or the one expected to finish it first is full). Called with the
+  // streamer's mutex held; must not block on a read.
   virtual int Choose(int /*shard*/, uint64_t /*offset*/, uint64_t /*length*/,
                      uint32_t free_drives) {
     return (free_drives & 1u) != 0 ? 0 : -1;

@@ -11,13 +11,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "cli_runner.h"
 #include "unit/test_files.h"
+#include "weights/drive_set.h"
+#include "weights/weights.h"
 
 namespace deltafin::testing {
 namespace {
@@ -216,6 +220,60 @@ TEST_F(SpreadTest, ADriveMissingAtLoadIsSkippedWhenItsExpertsHaveOtherCopies) {
   EXPECT_NE(last_output_.find("drive " + Drive(1) + " cannot be read"), std::string::npos)
       << last_output_;
   EXPECT_NE(last_output_.find("its copies are not used"), std::string::npos) << last_output_;
+}
+
+// The chooser sends a read to the copy expected to finish first, and when that drive's lane is
+// full the read waits for it rather than going to a drive with more queued (issue 35: at 2:1
+// speeds, handing reads to the slower drive with room split the bytes 1.6 : 1).
+TEST_F(SpreadTest, AReadWaitsForAFullDriveExpectedToFinishFirst) {
+  auto r = Spread("--drive " + Drive(1) + " --drive " + Drive(2) + " --copies 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto weights = ModelWeights::Load(model_, BindOptions{});
+  ASSERT_TRUE(weights.ok()) << weights.status().message();
+  DriveSetReader* drives = nullptr;
+  auto reader = OpenExpertReader(**weights, model_, /*direct=*/false, &drives);
+  ASSERT_TRUE(reader.ok()) << reader.status().message();
+  ASSERT_NE(drives, nullptr);
+  ASSERT_EQ(drives->Drives(), 3);  // the model folder and the two drives hold every expert
+  const LayerWeights* moe = nullptr;
+  for (const LayerWeights& lw : (*weights)->layers) {
+    if (lw.is_moe && moe == nullptr) moe = &lw;
+  }
+  ASSERT_NE(moe, nullptr);
+  const int shard = moe->moe.expert_shard;
+  const uint64_t offset = moe->moe.expert_offsets[0];
+  const uint64_t length = (*weights)->expert_layout.bytes;
+  // Every drive starts at the same assumed rate: the emptiest queue wins, ties to the lowest.
+  const int first = drives->Choose(shard, offset, length, 7u);
+  const int second = drives->Choose(shard, offset, length, 7u);
+  EXPECT_EQ(first, 0);
+  EXPECT_EQ(second, 1);
+  // Drive 2 (nothing queued) would finish first; its lane is full: wait, not drive 0 or 1.
+  EXPECT_EQ(drives->Choose(shard, offset, length, 3u), -1);
+  const int third = drives->Choose(shard, offset, length, 7u);
+  EXPECT_EQ(third, 2);
+  // Every drive now has one read queued: with drive 0's lane full the tie goes to drive 1.
+  const int fourth = drives->Choose(shard, offset, length, 6u);
+  EXPECT_EQ(fourth, 1);
+  // Each reserved read completes on its drive with the same bytes.
+  // Reads land in block-aligned buffers (direct I/O's rule, kept for buffered reads too).
+  const size_t capacity =
+      (length + 2 * DirectFile::kIoAlignment) / DirectFile::kIoAlignment * DirectFile::kIoAlignment;
+  std::unique_ptr<uint8_t, decltype(&std::free)> buffer(
+      static_cast<uint8_t*>(std::aligned_alloc(DirectFile::kIoAlignment, capacity)), &std::free);
+  std::vector<uint8_t> expected;
+  for (int drive : {first, second, third, fourth}) {
+    auto data = drives->ReadOn(drive, shard, offset, length, buffer.get(), capacity);
+    ASSERT_TRUE(data.ok()) << data.status().message();
+    std::vector<uint8_t> got(*data, *data + length);
+    if (expected.empty()) expected = got;
+    EXPECT_EQ(got, expected) << "drive " << drive;
+  }
+  const auto stats = drives->Stats();
+  ASSERT_EQ(stats.size(), 3u);
+  EXPECT_EQ(stats[0].reads, 1u);
+  EXPECT_EQ(stats[1].reads, 2u);
+  EXPECT_EQ(stats[2].reads, 1u);
 }
 
 TEST_F(SpreadTest, HotTracePlacesTheUsedExpertsFirst) {
