@@ -375,8 +375,7 @@ Result<PlanModel> ReadPlanModel(const PlanArgs& a) {
   // max_position_embeddings, which Engine::Plan refuses to exceed).
   pm.prompt_tokens = a.prompt_tokens;
   const json config = json::parse(text, nullptr, false);
-  const json& text_config =
-      config.is_object() && config.contains("text_config") ? config["text_config"] : config;
+  const json& text_config = TextConfigOf(config);
   const int64_t max_context = text_config.is_object()
                                   ? text_config.value("max_position_embeddings", int64_t{0})
                                   : int64_t{0};
@@ -562,7 +561,7 @@ void AddDrives(const std::vector<double>& drive_gbps, MachineProfile* m) {
   std::snprintf(note, sizeof note, " + %zu more drive%s (%.2f + %.2f GB/s combined)",
                 m->more_drive_bps.size(), m->more_drive_bps.size() == 1 ? "" : "s", one / 1e9,
                 extra / 1e9);
-  m->name += note;
+  m->drives_note = note;
 }
 
 // --- Predict ---------------------------------------------------------------------------------
@@ -677,8 +676,9 @@ Status PredictRows(const PlanModel& pm, uint64_t mem_limit, PrefillSampler* samp
 void PrintMachine(const PlanArgs& a, const PlanModel& pm, const PlanResult& r, uint64_t mem_limit) {
   const MachineProfile& m = r.m;
   const ModelInfo& info = pm.info;
-  std::printf("deltafin plan: %s (%s)\n",
-              a.k3 ? "Kimi K3 (sizes from its config)" : a.model_dir.c_str(), m.name.c_str());
+  std::printf("deltafin plan: %s (%s%s)\n",
+              a.k3 ? "Kimi K3 (sizes from its config)" : a.model_dir.c_str(), m.name.c_str(),
+              m.drives_note.c_str());
   std::printf(
       "model: %lld layers (%lld MoE), %lld experts top-%lld of %s; spine %s BF16, reads %s of "
       "it per token\n",

@@ -42,6 +42,9 @@ struct MachineProfile {
   // (bytes/s): stated with --drive-gbps or a profile's "drive_gbps"; expert_read_bps is the sum
   // of the first drive's rate and these once AddDrives ran.
   std::vector<double> more_drive_bps;
+  // " + N more drives (...)" for the table's heading, kept apart from `name` so a profile written
+  // and read back does not carry it twice.
+  std::string drives_note;
   int threads = 1;          // compute threads
   uint64_t ram_budget = 0;  // the engine's budget (cgroup-aware, minus headroom)
   uint64_t free_disk = 0;   // free bytes where the model lives (0: unknown)

@@ -18,11 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const json& TextConfig(const json& root) {
-  return root.contains("text_config") && root["text_config"].is_object() ? root["text_config"]
-                                                                         : root;
-}
-
 LayerCounts CountLayers(const json& tc) {
   LayerCounts n;
   n.layers = tc.value("num_hidden_layers", int64_t{0});
@@ -68,7 +63,7 @@ double Ratio(int64_t model, int64_t sample) {
 Result<PrefillSampler> PrefillSampler::Create(const std::string& config_text, int threads) {
   const json root = json::parse(config_text, nullptr, false);
   if (root.is_discarded()) return Status::Error("config.json is not JSON");
-  const json& tc = TextConfig(root);
+  const json& tc = TextConfigOf(root);
   PrefillSampler s;
   s.model_ = CountLayers(tc);
   s.threads_ = threads;
@@ -100,9 +95,9 @@ Result<PrefillSampler> PrefillSampler::Create(const std::string& config_text, in
   opts.seed = 1;
   opts.fsync = false;
   opts.threads = threads;
-  opts.overrides = SampleOverrides(tc, TextConfig(preset), layers);
+  opts.overrides = SampleOverrides(tc, TextConfigOf(preset), layers);
   DF_ASSIGN_OR_RETURN(const std::string sample_text, PresetConfigJson(opts.preset, opts.overrides));
-  s.sample_ = CountLayers(TextConfig(json::parse(sample_text)));
+  s.sample_ = CountLayers(TextConfigOf(json::parse(sample_text)));
   if (s.sample_.moe == 0 && s.model_.moe > 0) {
     return Status::Error("a sample of " + std::to_string(layers) + " layers has no MoE layer");
   }
@@ -204,6 +199,12 @@ PrefillSampler::PrefillSampler(PrefillSampler&& other) noexcept
 PrefillSampler::~PrefillSampler() {
   std::error_code ec;
   if (!dir_.empty()) fs::remove_all(dir_, ec);
+}
+
+const json& TextConfigOf(const json& root) {
+  return root.is_object() && root.contains("text_config") && root["text_config"].is_object()
+             ? root["text_config"]
+             : root;
 }
 
 }  // namespace deltafin::cli

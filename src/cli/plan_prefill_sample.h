@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "base/status.h"
@@ -22,6 +23,10 @@ namespace deltafin::cli {
 
 inline constexpr int64_t kMaxSamplePositions = 4096;
 inline constexpr uint64_t kMaxSampleBytes = 1536ull << 20;
+
+// A config.json's model fields: its "text_config" object, or the root where it has none (both
+// spellings occur; `plan` and the sampler read the same one).
+const nlohmann::json& TextConfigOf(const nlohmann::json& root);
 
 // Layers of each kind in a config (its text_config), as the engine runs them.
 struct LayerCounts {

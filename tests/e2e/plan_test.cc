@@ -177,6 +177,13 @@ TEST_F(PlanTest, K3StatedSecondDrive) {
                           Path("three.json"));
   ASSERT_EQ(from_file.exit_code, 0) << from_file.output;
   const json c = ReadJson("three.json");
+  // The heading names the drives once, and the profile's name does not collect the note.
+  EXPECT_NE(from_file.output.find("+ 1 more drive ("), std::string::npos) << from_file.output;
+  EXPECT_EQ(from_file.output.find("more drive", from_file.output.find("more drive") + 1),
+            std::string::npos)
+      << from_file.output;
+  EXPECT_EQ(c["profile"]["name"], b["profile"]["name"]);
+  EXPECT_EQ(c["profile"]["name"].get<std::string>().find("more drive"), std::string::npos);
   ASSERT_EQ(c["scenarios"].size(), b["scenarios"].size());
   for (size_t i = 0; i < b["scenarios"].size(); ++i) {
     EXPECT_EQ(c["scenarios"][i]["predicted_s_per_token"],
