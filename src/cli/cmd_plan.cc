@@ -41,6 +41,7 @@
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/memory_cgroup.h"
+#include "cli/plan_disk.h"
 #include "cli/plan_model.h"
 #include "cli/plan_prefill_sample.h"
 #include "io/direct_file.h"
@@ -79,116 +80,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-double CpuSeconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
-}
-
-// A temporary folder removed on scope exit.
-struct TempDir {
-  std::string path;
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty()) fs::remove_all(path, ec);
-  }
-};
-
 // --- Disk measurements ------------------------------------------------------------------------
-
-struct DepthResult {
-  int depth = 0;
-  double bps = 0;
-};
-
-// `depth` threads each issuing one synchronous direct read of `span` bytes at a time, at random
-// offsets over `files`, until `max_bytes` are read or `max_seconds` pass. Returns bytes/s; the
-// process's CPU seconds per byte go to *cpu_per_byte.
-Result<double> ProbeDirectReads(const std::vector<std::string>& files, uint64_t span, int depth,
-                                uint64_t max_bytes, double max_seconds, uint64_t seed,
-                                double* cpu_per_byte) {
-  std::vector<DirectFile> opened;
-  for (const auto& f : files) {
-    DF_ASSIGN_OR_RETURN(DirectFile d, DirectFile::Open(f, ReadMode::kDirect));
-    if (d.size() < span) continue;
-    opened.push_back(std::move(d));
-  }
-  if (opened.empty()) return Status::Error("no file to probe is at least one expert long");
-  std::atomic<uint64_t> done{0};
-  std::atomic<bool> stop{false};
-  std::mutex mu;
-  Status first_error;
-  const size_t capacity = DirectFile::BufferBytesFor(span);
-  const double cpu0 = CpuSeconds();
-  const auto t0 = Clock::now();
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(depth));
-  for (int t = 0; t < depth; ++t) {
-    pool.emplace_back([&, t] {
-      // O_DIRECT wants the buffer aligned to the device block (DirectFile::kIoAlignment).
-      std::unique_ptr<uint8_t, decltype(&std::free)> buffer(
-          static_cast<uint8_t*>(std::aligned_alloc(DirectFile::kIoAlignment, capacity)),
-          &std::free);
-      uint64_t s = seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(t + 1);
-      while (!stop.load(std::memory_order_relaxed)) {
-        s ^= s >> 12;
-        s ^= s << 25;
-        s ^= s >> 27;
-        const uint64_t r = s * 2685821657736338717ull;
-        const DirectFile& f = opened[r % opened.size()];
-        const uint64_t offset = (r >> 20) % (f.size() - span + 1);
-        auto got = f.ReadSpan(offset, span, buffer.get(), capacity);
-        if (!got.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (first_error.ok()) first_error = got.status();
-          stop = true;
-          break;
-        }
-        if (done.fetch_add(span) + span >= max_bytes || Seconds(t0, Clock::now()) > max_seconds) {
-          stop = true;
-        }
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
-  const double secs = Seconds(t0, Clock::now());
-  if (!first_error.ok()) return first_error;
-  const double bytes = static_cast<double>(done.load());
-  if (cpu_per_byte != nullptr) *cpu_per_byte = (CpuSeconds() - cpu0) / bytes;
-  return bytes / secs;
-}
-
-// A file of `bytes` random bytes in `dir`, written and flushed, its cached pages dropped, for
-// probing a disk without a model. Removed by the TempDir.
-Result<std::string> WriteProbeFile(const std::string& dir, uint64_t bytes, TempDir* holder) {
-  std::string tmpl = (fs::path(dir) / "deltafin-plan-probe-XXXXXX").string();
-  std::vector<char> name(tmpl.begin(), tmpl.end());
-  name.push_back('\0');
-  if (::mkdtemp(name.data()) == nullptr) {
-    return Status::Error("--probe-dir " + dir + ": cannot create a temporary folder there");
-  }
-  holder->path = name.data();
-  const std::string path = holder->path + "/probe.bin";
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Error("cannot create " + path);
-  std::vector<uint64_t> block((4u << 20) / 8);
-  uint64_t s = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) | 1;
-  for (uint64_t done = 0; done < bytes; done += block.size() * 8) {
-    for (auto& v : block) {
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      v = s;
-    }
-    if (::write(fd, block.data(), block.size() * 8) != static_cast<ssize_t>(block.size() * 8)) {
-      ::close(fd);
-      return Status::Error("cannot write the probe file " + path + " (disk full?)");
-    }
-  }
-  ::fsync(fd);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
-  return path;
-}
 
 // The expert shards and one spine shard of a model folder, from its index.
 Status ModelShards(const std::string& dir, std::vector<std::string>* experts) {
@@ -209,12 +101,6 @@ Status ModelShards(const std::string& dir, std::vector<std::string>* experts) {
   }
   if (experts->empty()) return Status::Error(dir + ": no expert shard on disk to probe");
   return Status::Ok();
-}
-
-uint64_t FreeDisk(const std::string& dir) {
-  struct statvfs v {};
-  if (::statvfs(dir.c_str(), &v) != 0) return 0;
-  return static_cast<uint64_t>(v.f_bavail) * v.f_frsize;
 }
 
 // --- Profiles ---------------------------------------------------------------------------------
@@ -463,32 +349,21 @@ Status MeasureDisk(const PlanArgs& a, uint64_t expert_bytes, MachineMeasurements
   }
   if (expert_files.empty() || !a.probe_dir.empty()) {
     if (disk_dir.empty()) disk_dir = ".";
-    const uint64_t size =
-        std::max<uint64_t>(a.quick ? (128ull << 20) : (1ull << 30), 4 * expert_bytes);
+    const uint64_t size = ProbeFileBytes(a.quick, expert_bytes);
     std::fprintf(stderr, "plan: writing a %s probe file in %s...\n", HumanBytes(size).c_str(),
                  disk_dir.c_str());
-    DF_ASSIGN_OR_RETURN(std::string path, WriteProbeFile(disk_dir, size, &probe_holder));
+    DF_ASSIGN_OR_RETURN(std::string path,
+                        WriteProbeFile(disk_dir, size, "--probe-dir " + disk_dir, &probe_holder));
     expert_files = {path};
   }
   std::fprintf(stderr, "plan: measuring direct reads of %s spans...\n",
                HumanBytes(expert_bytes).c_str());
   const uint64_t seed = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
-  std::vector<int> qds = {1, 2, 4, a.io_threads};
-  if (a.quick) qds = {1, a.io_threads};
-  std::sort(qds.begin(), qds.end());
-  qds.erase(std::unique(qds.begin(), qds.end()), qds.end());
-  for (int qd : qds) {
-    double cpu = 0;
-    DF_ASSIGN_OR_RETURN(
-        const double bps,
-        ProbeDirectReads(expert_files, expert_bytes, qd, a.quick ? (64ull << 20) : (768ull << 20),
-                         a.quick ? 0.5 : 3.0, seed + static_cast<uint64_t>(qd), &cpu));
-    out->depths.push_back({qd, bps});
-    if (qd == a.io_threads) {
-      m.expert_read_bps = bps;
-      m.io_cpu_s_per_byte = cpu;
-    }
-  }
+  DF_ASSIGN_OR_RETURN(const DepthSweep sweep,
+                      MeasureDepths(expert_files, expert_bytes, {a.quick, a.io_threads}, seed));
+  out->depths = sweep.depths;
+  m.expert_read_bps = sweep.bps;
+  m.io_cpu_s_per_byte = sweep.cpu_s_per_byte;
   uint64_t load_seed = seed ^ 0x5bd1e995ull;
   DF_RETURN_IF_ERROR(MeasureSlowdown(
       a.quick,
