@@ -1,7 +1,10 @@
 #include "cli/plan_disk.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -16,6 +19,7 @@
 #include <mutex>
 #include <thread>
 
+#include "base/byte_size.h"
 #include "io/direct_file.h"
 
 namespace deltafin::cli {
@@ -28,6 +32,9 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
+
+// Room left beside a probe file, so that measuring a drive never fills it.
+constexpr uint64_t kProbeHeadroom = 64ull << 20;
 
 // The files opened for direct reads, those shorter than one span left out.
 Result<std::vector<DirectFile>> OpenForProbe(const std::vector<std::string>& files, uint64_t span,
@@ -168,6 +175,49 @@ Result<std::string> WriteProbeFile(const std::string& dir, uint64_t bytes, const
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   ::close(fd);
   return path;
+}
+
+std::optional<std::string> ProbeFolderProblem(const std::string& dir, uint64_t bytes) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return dir + ": no such directory";
+  if (!fs::is_directory(dir, ec)) return dir + ": is not a directory";
+  // Root passes access(W_OK) on a read-only mount: a folder made and removed tells for sure.
+  std::string tmpl = (fs::path(dir) / ".deltafin-plan-write-test-XXXXXX").string();
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    return dir + ": not writable (" + std::strerror(errno) + ")";
+  }
+  ::rmdir(tmpl.c_str());
+  const uint64_t free_bytes = FreeDisk(dir);
+  if (free_bytes < bytes + kProbeHeadroom) {
+    return dir + ": too little free space for a " + HumanBytes(bytes) + " probe file (" +
+           HumanBytes(free_bytes) + " free)";
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> SameDeviceAs(const std::string& dir,
+                                        const std::vector<std::string>& earlier) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return std::nullopt;
+  for (const std::string& e : earlier) {
+    struct stat other {};
+    if (::stat(e.c_str(), &other) == 0 && other.st_dev == st.st_dev) return e;
+  }
+  return std::nullopt;
+}
+
+Result<DepthSweep> MeasureDrive(const std::string& dir, uint64_t span, const DiskProbeOptions& o) {
+  TempDir holder;  // the probe file goes with it, whatever returns
+  DF_ASSIGN_OR_RETURN(const std::string file, WriteProbeFile(dir, ProbeFileBytes(o.quick, span),
+                                                             "--drive " + dir, &holder));
+  const uint64_t seed = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  DF_ASSIGN_OR_RETURN(DepthSweep sweep, MeasureDepths({file}, span, o, seed));
+  // Recent kernels take O_DIRECT on tmpfs, so a direct read does not tell RAM from a drive.
+  struct statfs fs_info {};
+  if (::statfs(dir.c_str(), &fs_info) == 0) {
+    sweep.in_memory = fs_info.f_type == TMPFS_MAGIC || fs_info.f_type == RAMFS_MAGIC;
+  }
+  return sweep;
 }
 
 }  // namespace deltafin::cli

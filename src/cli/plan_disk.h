@@ -1,8 +1,11 @@
 // The disk probes of `deltafin plan` (docs/PLAN.md): expert-size direct reads over queue depths,
-// on the model's expert shards or on a temporary probe file.
+// on the model's expert shards or on a temporary probe file, and further drives (`plan --drive
+// DIR`, a folder on a drive that is not in the placement yet) measured the same way through a
+// probe file of their own. Apart from cmd_plan.cc so that the unit tests can measure a folder.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +39,7 @@ struct DepthSweep {
   double bps = 0;                   // the rate at --io-threads: the engine's depth, the one used
   double cpu_s_per_byte = 0;        // the process's CPU seconds per byte read at that depth
   bool buffered = false;            // a file refused O_DIRECT (tmpfs): page-cache rates
+  bool in_memory = false;           // MeasureDrive: the folder is on tmpfs or ramfs, i.e. in RAM
 };
 
 // The process's CPU seconds so far (user and system): the readers' cost per byte.
@@ -66,5 +70,19 @@ uint64_t FreeDisk(const std::string& dir);
 // model. `what` names the folder in errors ("--probe-dir /x").
 Result<std::string> WriteProbeFile(const std::string& dir, uint64_t bytes, const std::string& what,
                                    TempDir* holder);
+
+// Why `dir` cannot hold a probe file of `bytes` (a missing folder, not a folder, not writable, too
+// little free space), as a message naming it; nullopt when it can.
+std::optional<std::string> ProbeFolderProblem(const std::string& dir, uint64_t bytes);
+
+// The first of `earlier` on the same device (st_dev) as `dir`: such a drive shares its bandwidth
+// and adds none. nullopt when none is (or `dir` cannot be examined).
+std::optional<std::string> SameDeviceAs(const std::string& dir,
+                                        const std::vector<std::string>& earlier);
+
+// A further drive's expert read rate: a probe file in `dir`, reads of `span` bytes over queue
+// depths (MeasureDepths, as the model's own disk is measured), the file removed afterwards. Sets
+// in_memory where `dir` is on tmpfs or ramfs (which may take O_DIRECT and still read from RAM).
+Result<DepthSweep> MeasureDrive(const std::string& dir, uint64_t span, const DiskProbeOptions& o);
 
 }  // namespace deltafin::cli
