@@ -17,6 +17,7 @@
 #    ends with the same tokens and a warning naming B; with every expert on one drive only (spread
 #    --copies 1 --move over A and B), the run ends with a one-line error naming the drive, file
 #    and offset, and exit status 1.
+# Before 2, `plan --drive` measures drive B (not in the placement yet) at its throttled rate.
 # Needs root, losetup, mkfs.ext4 and cgroup v1 blkio; otherwise it exits 77 (ctest's skip code).
 # Loop devices, mounts and the cgroup are always removed (trap). About 20 s.
 set -euo pipefail
@@ -93,6 +94,21 @@ grep -q "^error: not enough space for 1 copy of every expert on $work/mnt/small"
   { cat "$work/small.err" >&2; fail "no 'not enough space' error"; }
 [[ ! -e $model/.deltafin/placement.json ]] || fail "a refused spread left a placement"
 echo "a drive too small: $(cat "$work/small.err")"
+
+# `plan --drive` measures a drive that is not in the placement yet through a probe file there:
+# B's throttled rate (2 MB/s), not the page cache's; B named again adds nothing.
+in_cgroup "$deltafin" plan --model "$model" --quick --drive "$work/mnt/b" --drive "$work/mnt/b" \
+  --json "$work/plan.json" >"$work/plan.out" 2>&1 || { cat "$work/plan.out" >&2; fail "plan --drive failed"; }
+grep "^drive $work/mnt/b" "$work/plan.out"
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+drives, g = d["drives"], d["drives"][0]["gbps"]
+assert len(drives) == 2 and drives[1]["gbps"] is None, drives
+assert drives[1]["same_device_as"] == drives[0]["path"], drives
+assert 0 < g < 0.01 and d["profile"]["drive_gbps"] == [g], (g, d["profile"])' "$work/plan.json" ||
+  fail "plan --drive did not measure drive B at its throttled rate"
+if ls -A "$work/mnt/b" | grep -q deltafin-plan; then fail "plan left its probe file on drive B"; fi
 
 # 2. Every expert on both drives, none on the model folder.
 "$deltafin" spread --model "$model" --drive "$work/mnt/a" --drive "$work/mnt/b" --copies 2 --move

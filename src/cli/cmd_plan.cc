@@ -4,7 +4,8 @@
 // It measures the machine in well under a minute (expert-size direct reads over queue depths on
 // the model's own expert shards or a temporary file, spine pages through the page cache the way
 // a non-resident spine is read, memory bandwidth, the BF16 / int8 / MXFP4 kernels, RAM or cgroup
-// limit, free disk), or takes those numbers from a profile (--profile FILE or a named one), asks
+// limit, free disk; further drives named with --drive, through a probe file on each), or takes
+// those numbers from a profile (--profile FILE or a named one), asks
 // Engine::Plan what memory plan each `bench decode` scenario's budget gets, and computes each
 // scenario's s/token with the arithmetic of cli/plan_model.h. `--k3` plans the real Kimi K3 from
 // its config (made here from the bench preset with K3's dimensions; the config parser checks
@@ -35,12 +36,14 @@
 #include <vector>
 
 #include "base/byte_size.h"
+#include "base/log.h"
 #include "base/thread_pool.h"
 #include "bench/machine_probe.h"
 #include "cli/bench_child.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cli/memory_cgroup.h"
+#include "cli/plan_disk.h"
 #include "cli/plan_model.h"
 #include "cli/plan_prefill_sample.h"
 #include "io/direct_file.h"
@@ -69,6 +72,8 @@ struct PlanArgs {
   int draft_tokens = 3;
   // Further drives holding a copy of every expert (`deltafin spread`), by their expert read rate.
   std::vector<double> drive_gbps;
+  // Folders on further drives (not in the placement yet), each measured with a probe file.
+  std::vector<std::string> drives;
   int64_t prompt_tokens = 10000;  // time to first token for a prompt this long
 };
 
@@ -79,116 +84,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-double CpuSeconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
-}
-
-// A temporary folder removed on scope exit.
-struct TempDir {
-  std::string path;
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty()) fs::remove_all(path, ec);
-  }
-};
-
 // --- Disk measurements ------------------------------------------------------------------------
-
-struct DepthResult {
-  int depth = 0;
-  double bps = 0;
-};
-
-// `depth` threads each issuing one synchronous direct read of `span` bytes at a time, at random
-// offsets over `files`, until `max_bytes` are read or `max_seconds` pass. Returns bytes/s; the
-// process's CPU seconds per byte go to *cpu_per_byte.
-Result<double> ProbeDirectReads(const std::vector<std::string>& files, uint64_t span, int depth,
-                                uint64_t max_bytes, double max_seconds, uint64_t seed,
-                                double* cpu_per_byte) {
-  std::vector<DirectFile> opened;
-  for (const auto& f : files) {
-    DF_ASSIGN_OR_RETURN(DirectFile d, DirectFile::Open(f, ReadMode::kDirect));
-    if (d.size() < span) continue;
-    opened.push_back(std::move(d));
-  }
-  if (opened.empty()) return Status::Error("no file to probe is at least one expert long");
-  std::atomic<uint64_t> done{0};
-  std::atomic<bool> stop{false};
-  std::mutex mu;
-  Status first_error;
-  const size_t capacity = DirectFile::BufferBytesFor(span);
-  const double cpu0 = CpuSeconds();
-  const auto t0 = Clock::now();
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(depth));
-  for (int t = 0; t < depth; ++t) {
-    pool.emplace_back([&, t] {
-      // O_DIRECT wants the buffer aligned to the device block (DirectFile::kIoAlignment).
-      std::unique_ptr<uint8_t, decltype(&std::free)> buffer(
-          static_cast<uint8_t*>(std::aligned_alloc(DirectFile::kIoAlignment, capacity)),
-          &std::free);
-      uint64_t s = seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(t + 1);
-      while (!stop.load(std::memory_order_relaxed)) {
-        s ^= s >> 12;
-        s ^= s << 25;
-        s ^= s >> 27;
-        const uint64_t r = s * 2685821657736338717ull;
-        const DirectFile& f = opened[r % opened.size()];
-        const uint64_t offset = (r >> 20) % (f.size() - span + 1);
-        auto got = f.ReadSpan(offset, span, buffer.get(), capacity);
-        if (!got.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (first_error.ok()) first_error = got.status();
-          stop = true;
-          break;
-        }
-        if (done.fetch_add(span) + span >= max_bytes || Seconds(t0, Clock::now()) > max_seconds) {
-          stop = true;
-        }
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
-  const double secs = Seconds(t0, Clock::now());
-  if (!first_error.ok()) return first_error;
-  const double bytes = static_cast<double>(done.load());
-  if (cpu_per_byte != nullptr) *cpu_per_byte = (CpuSeconds() - cpu0) / bytes;
-  return bytes / secs;
-}
-
-// A file of `bytes` random bytes in `dir`, written and flushed, its cached pages dropped, for
-// probing a disk without a model. Removed by the TempDir.
-Result<std::string> WriteProbeFile(const std::string& dir, uint64_t bytes, TempDir* holder) {
-  std::string tmpl = (fs::path(dir) / "deltafin-plan-probe-XXXXXX").string();
-  std::vector<char> name(tmpl.begin(), tmpl.end());
-  name.push_back('\0');
-  if (::mkdtemp(name.data()) == nullptr) {
-    return Status::Error("--probe-dir " + dir + ": cannot create a temporary folder there");
-  }
-  holder->path = name.data();
-  const std::string path = holder->path + "/probe.bin";
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Error("cannot create " + path);
-  std::vector<uint64_t> block((4u << 20) / 8);
-  uint64_t s = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) | 1;
-  for (uint64_t done = 0; done < bytes; done += block.size() * 8) {
-    for (auto& v : block) {
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      v = s;
-    }
-    if (::write(fd, block.data(), block.size() * 8) != static_cast<ssize_t>(block.size() * 8)) {
-      ::close(fd);
-      return Status::Error("cannot write the probe file " + path + " (disk full?)");
-    }
-  }
-  ::fsync(fd);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
-  return path;
-}
 
 // The expert shards and one spine shard of a model folder, from its index.
 Status ModelShards(const std::string& dir, std::vector<std::string>* experts) {
@@ -209,12 +105,6 @@ Status ModelShards(const std::string& dir, std::vector<std::string>* experts) {
   }
   if (experts->empty()) return Status::Error(dir + ": no expert shard on disk to probe");
   return Status::Ok();
-}
-
-uint64_t FreeDisk(const std::string& dir) {
-  struct statvfs v {};
-  if (::statvfs(dir.c_str(), &v) != 0) return 0;
-  return static_cast<uint64_t>(v.f_bavail) * v.f_frsize;
 }
 
 // --- Profiles ---------------------------------------------------------------------------------
@@ -396,7 +286,8 @@ Result<PlanModel> ReadPlanModel(const PlanArgs& a) {
 
 struct MachineMeasurements {
   MachineProfile profile;
-  std::vector<DepthResult> depths;  // direct reads by queue depth (empty from a profile)
+  std::vector<DepthResult> depths;            // direct reads by queue depth (empty from a profile)
+  std::vector<std::string> placement_drives;  // a spread model's drives, as measured
 };
 
 // The kernels while experts are read: `read_once` reads a batch of experts, again and again until
@@ -437,6 +328,7 @@ Status MeasureSpreadDrives(const PlanArgs& a, const PlanModel& pm, MachineMeasur
   uint64_t bytes = 0;
   for (const DriveStats& d : probe.drives) {
     bytes += d.bytes_read;
+    out->placement_drives.push_back(d.path);
     std::fprintf(stderr, "plan:   drive %s: %s in %llu reads, %.2f GB/s while busy\n",
                  d.path.c_str(), HumanBytes(d.bytes_read).c_str(),
                  static_cast<unsigned long long>(d.reads), d.gbps);
@@ -463,32 +355,21 @@ Status MeasureDisk(const PlanArgs& a, uint64_t expert_bytes, MachineMeasurements
   }
   if (expert_files.empty() || !a.probe_dir.empty()) {
     if (disk_dir.empty()) disk_dir = ".";
-    const uint64_t size =
-        std::max<uint64_t>(a.quick ? (128ull << 20) : (1ull << 30), 4 * expert_bytes);
+    const uint64_t size = ProbeFileBytes(a.quick, expert_bytes);
     std::fprintf(stderr, "plan: writing a %s probe file in %s...\n", HumanBytes(size).c_str(),
                  disk_dir.c_str());
-    DF_ASSIGN_OR_RETURN(std::string path, WriteProbeFile(disk_dir, size, &probe_holder));
+    DF_ASSIGN_OR_RETURN(std::string path,
+                        WriteProbeFile(disk_dir, size, "--probe-dir " + disk_dir, &probe_holder));
     expert_files = {path};
   }
   std::fprintf(stderr, "plan: measuring direct reads of %s spans...\n",
                HumanBytes(expert_bytes).c_str());
   const uint64_t seed = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
-  std::vector<int> qds = {1, 2, 4, a.io_threads};
-  if (a.quick) qds = {1, a.io_threads};
-  std::sort(qds.begin(), qds.end());
-  qds.erase(std::unique(qds.begin(), qds.end()), qds.end());
-  for (int qd : qds) {
-    double cpu = 0;
-    DF_ASSIGN_OR_RETURN(
-        const double bps,
-        ProbeDirectReads(expert_files, expert_bytes, qd, a.quick ? (64ull << 20) : (768ull << 20),
-                         a.quick ? 0.5 : 3.0, seed + static_cast<uint64_t>(qd), &cpu));
-    out->depths.push_back({qd, bps});
-    if (qd == a.io_threads) {
-      m.expert_read_bps = bps;
-      m.io_cpu_s_per_byte = cpu;
-    }
-  }
+  DF_ASSIGN_OR_RETURN(const DepthSweep sweep,
+                      MeasureDepths(expert_files, expert_bytes, {a.quick, a.io_threads}, seed));
+  out->depths = sweep.depths;
+  m.expert_read_bps = sweep.bps;
+  m.io_cpu_s_per_byte = sweep.cpu_s_per_byte;
   uint64_t load_seed = seed ^ 0x5bd1e995ull;
   DF_RETURN_IF_ERROR(MeasureSlowdown(
       a.quick,
@@ -549,7 +430,8 @@ Result<MachineMeasurements> MeasureMachine(const PlanArgs& a, const json& profil
 // drive set reads each from the one expected to finish first, so the expert and streamed spine
 // reads run at about the sum of the rates (measured: 0.49x one drive's I/O time with two equal
 // drives, 0.30-0.32x the slow one's with drives at 2:1). The CPU cost per byte read stays.
-// The drives come from the profile (m->more_drive_bps, "drive_gbps") and from --drive-gbps.
+// The drives come from the profile (m->more_drive_bps, "drive_gbps") or from --drive (measured,
+// in m->more_drive_bps before this runs), and from --drive-gbps.
 void AddDrives(const std::vector<double>& drive_gbps, MachineProfile* m) {
   for (const double g : drive_gbps) m->more_drive_bps.push_back(g * 1e9);
   if (m->more_drive_bps.empty()) return;
@@ -562,6 +444,68 @@ void AddDrives(const std::vector<double>& drive_gbps, MachineProfile* m) {
                 m->more_drive_bps.size(), m->more_drive_bps.size() == 1 ? "" : "s", one / 1e9,
                 extra / 1e9);
   m->drives_note = note;
+}
+
+// A folder named with --drive: a further drive, measured, or left out because its device is one
+// whose bandwidth is already counted.
+struct MeasuredDrive {
+  std::string path;
+  std::string same_device_as;  // the folder it shares a device with; empty: measured
+  DepthSweep sweep;            // direct reads of expert spans by queue depth (when measured)
+};
+
+// Where the model's experts are read today: the model folder, and the folder whose disk was
+// probed instead (--probe-dir; with --k3 and no --probe-dir, the current folder).
+std::vector<std::string> ModelDiskDirs(const PlanArgs& a) {
+  std::vector<std::string> dirs;
+  if (!a.model_dir.empty()) dirs.push_back(a.model_dir);
+  if (!a.probe_dir.empty()) dirs.push_back(a.probe_dir);
+  if (dirs.empty()) dirs.emplace_back(".");
+  return dirs;
+}
+
+// The --drive folders a probe file will be written to, before anything is measured: each must be
+// a writable folder with room for the probe file. One on a device already counted is only
+// compared, never written to. Returns 0 or the usage exit code.
+int CheckDriveFolders(const PlanArgs& a, const PlanModel& pm) {
+  std::vector<std::string> earlier = ModelDiskDirs(a);
+  const uint64_t bytes = ProbeFileBytes(a.quick, pm.info.expert_bytes);
+  for (const std::string& d : a.drives) {
+    std::error_code ec;
+    const bool shared = fs::is_directory(d, ec) && SameDeviceAs(d, earlier).has_value();
+    if (!shared) {
+      if (auto problem = ProbeFolderProblem(d, bytes)) return UsageError("--drive " + *problem);
+    }
+    earlier.push_back(d);
+  }
+  return 0;
+}
+
+// Each --drive, in order: on the device of the model's disk, of a drive of the placement (a
+// spread model) or of an earlier --drive it adds no bandwidth, so it is named in a warning and
+// not counted; otherwise its expert reads are measured the way the model's disk is
+// (MeasureDrive: a probe file of its own, removed afterwards).
+Result<std::vector<MeasuredDrive>> MeasureDrives(const PlanArgs& a, const PlanModel& pm,
+                                                 const std::vector<std::string>& placement) {
+  std::vector<std::string> earlier = ModelDiskDirs(a);
+  earlier.insert(earlier.end(), placement.begin(), placement.end());
+  std::vector<MeasuredDrive> drives;
+  for (const std::string& d : a.drives) {
+    MeasuredDrive md;
+    md.path = d;
+    if (auto same = SameDeviceAs(d, earlier)) {
+      md.same_device_as = *same;
+      LogWarn("--drive " + d + " is on the same device as " + *same +
+              ": it adds no read bandwidth, so it is not counted");
+    } else {
+      std::fprintf(stderr, "plan: measuring drive %s with a %s probe file...\n", d.c_str(),
+                   HumanBytes(ProbeFileBytes(a.quick, pm.info.expert_bytes)).c_str());
+      DF_ASSIGN_OR_RETURN(md.sweep, MeasureDrive(d, pm.info.expert_bytes, {a.quick, a.io_threads}));
+    }
+    earlier.push_back(d);
+    drives.push_back(std::move(md));
+  }
+  return drives;
 }
 
 // --- Predict ---------------------------------------------------------------------------------
@@ -606,6 +550,7 @@ Result<ModelInfo> SpineShape(const PlanModel& pm, const std::string& spine) {
 struct PlanResult {
   MachineProfile m;
   std::vector<DepthResult> depths;
+  std::vector<MeasuredDrive> drives;  // --drive, in the order given
   uint64_t machine_budget = 0;
   StreamingAssumptions assume;
   SpeculationAssumptions spec;
@@ -673,6 +618,39 @@ Status PredictRows(const PlanModel& pm, uint64_t mem_limit, PrefillSampler* samp
 
 // --- Report ----------------------------------------------------------------------------------
 
+// A read rate in GB/s, or MB/s below 0.1 GB/s (a slow drive, e.g. a USB stick, is not "0.00").
+std::string Rate(double bps) {
+  char b[32];
+  if (bps >= 1e8) {
+    std::snprintf(b, sizeof b, "%.2f GB/s", bps / 1e9);
+  } else {
+    std::snprintf(b, sizeof b, "%.2f MB/s", bps / 1e6);
+  }
+  return b;
+}
+
+// One line per --drive: its rate by queue depth and the rate counted, or why it is not counted.
+void PrintDrives(const PlanArgs& a, const PlanResult& r) {
+  for (const MeasuredDrive& d : r.drives) {
+    if (!d.same_device_as.empty()) {
+      std::printf("drive %s: on the same device as %s, adds no read bandwidth: not counted\n",
+                  d.path.c_str(), d.same_device_as.c_str());
+      continue;
+    }
+    std::printf("drive %s: direct reads by queue depth:", d.path.c_str());
+    for (const auto& q : d.sweep.depths) std::printf("  %d: %s", q.depth, Rate(q.bps).c_str());
+    std::printf("; counted at %s (queue depth %d)\n", Rate(d.sweep.bps).c_str(), a.io_threads);
+    if (d.sweep.buffered) {
+      std::printf(
+          "  (the folder refused O_DIRECT, e.g. tmpfs: these were buffered reads from the page "
+          "cache, so the rate means nothing for a drive)\n");
+    } else if (d.sweep.in_memory) {
+      std::printf(
+          "  (the folder is on tmpfs or ramfs, in RAM: the rate means nothing for a drive)\n");
+    }
+  }
+}
+
 void PrintMachine(const PlanArgs& a, const PlanModel& pm, const PlanResult& r, uint64_t mem_limit) {
   const MachineProfile& m = r.m;
   const ModelInfo& info = pm.info;
@@ -705,6 +683,7 @@ void PrintMachine(const PlanArgs& a, const PlanModel& pm, const PlanResult& r, u
     for (const auto& d : r.depths) std::printf("  %d: %.2f GB/s", d.depth, d.bps / 1e9);
     std::printf("\n");
   }
+  PrintDrives(a, r);
   std::printf(
       "batched MXFP4 (64 rows) %.1f GFLOP/s%s; a %lld-token prompt is %.3g TFLOP\n",
       (m.batched_flops > 0 ? m.batched_flops : 2 * m.fma_per_s * kPrefillFmaEfficiency) / 1e9,
@@ -849,6 +828,26 @@ json ScenarioJson(const Row& row) {
   return s;
 }
 
+// --drive, in order: the rate counted (GB/s at --io-threads; null when not counted), the folder it
+// shares a device with (null when none), its reads by queue depth and whether they were direct.
+json DrivesJson(const PlanResult& r) {
+  json drives = json::array();
+  for (const MeasuredDrive& d : r.drives) {
+    const bool counted = d.same_device_as.empty();
+    json queue = json::array();
+    for (const auto& q : d.sweep.depths) {
+      queue.push_back({{"depth", q.depth}, {"gbps", q.bps / 1e9}});
+    }
+    drives.push_back({{"path", d.path},
+                      {"gbps", counted ? json(d.sweep.bps / 1e9) : json(nullptr)},
+                      {"same_device_as", counted ? json(nullptr) : json(d.same_device_as)},
+                      {"direct_read_by_queue_depth", queue},
+                      {"buffered_reads", d.sweep.buffered},
+                      {"in_memory", d.sweep.in_memory}});
+  }
+  return drives;
+}
+
 Status WritePlanJson(const PlanArgs& a, const PlanModel& pm, const PlanResult& r) {
   json doc;
   doc["model"] = a.k3 ? "kimi-k3" : a.model_dir;
@@ -859,6 +858,7 @@ Status WritePlanJson(const PlanArgs& a, const PlanModel& pm, const PlanResult& r
   json queue = json::array();
   for (const auto& d : r.depths) queue.push_back({{"depth", d.depth}, {"gbps", d.bps / 1e9}});
   doc["direct_read_by_queue_depth"] = queue;
+  doc["drives"] = DrivesJson(r);
   doc["speculation"] = {{"draft_tokens", r.spec.draft_tokens}, {"acceptance", r.spec.acceptance}};
   json list = json::array();
   for (const Row& row : r.rows) list.push_back(ScenarioJson(row));
@@ -895,6 +895,11 @@ int CheckPlanArgs(const PlanArgs& a, uint64_t* mem_limit, json* profile_doc) {
     }
   }
   if (a.profile.empty()) return 0;
+  if (!a.drives.empty()) {
+    return UsageError(
+        "--drive measures a drive of this machine; a stated --profile takes further drives as "
+        "--drive-gbps RATE");
+  }
   if (a.profile == "m1-max") {
     *profile_doc = M1MaxProfile();
     return 0;
@@ -915,6 +920,7 @@ int RunPlan(const PlanArgs& a) {
   auto model = ReadPlanModel(a);
   if (!model.ok()) return Fail(model.status());
   const PlanModel& pm = *model;
+  if (const int rc = CheckDriveFolders(a, pm); rc != 0) return rc;
 
   auto measured = MeasureMachine(a, profile_doc, pm);
   if (!measured.ok()) {
@@ -926,6 +932,12 @@ int RunPlan(const PlanArgs& a) {
   r.m = measured->profile;
   r.depths = measured->depths;
   r.machine_budget = mem_limit > 0 ? mem_limit : r.m.ram_budget;
+  auto drives = MeasureDrives(a, pm, measured->placement_drives);
+  if (!drives.ok()) return Fail(drives.status());
+  r.drives = std::move(*drives);
+  for (const MeasuredDrive& d : r.drives) {
+    if (d.same_device_as.empty()) r.m.more_drive_bps.push_back(d.sweep.bps);
+  }
   AddDrives(a.drive_gbps, &r.m);
   r.spec = {a.acceptance, a.draft_tokens};
   // Where the machine is measured, the prefill's compute is measured too, on a sample of the
@@ -999,6 +1011,11 @@ void RegisterPlan(CLI::App& app, int* exit_code) {
                   "Another drive holding a copy of every expert (deltafin spread), by its expert "
                   "read rate in GB/s; repeat for several. Predicts with the combined rate")
       ->check(NumberRange(0.001, 1000.0));
+  cmd->add_option(
+      "--drive", args->drives,
+      "A folder on another drive that would hold a copy of every expert (deltafin "
+      "spread): its expert reads are measured with a temporary file there (removed "
+      "afterwards) and added like --drive-gbps; repeat for several. Not with --profile");
   cmd->add_option("--prompt-tokens", args->prompt_tokens,
                   "Predict the time to first token of a prompt this long (prefill s)")
       ->check(IntRange(1, 1 << 20))

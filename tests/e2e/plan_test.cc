@@ -3,7 +3,8 @@
 // prediction, the bytes read and the bound; `--k3` plans the real K3 from a stated profile and
 // from a probe file it removes afterwards, and writes no other file; bad input (no model, a missing
 // folder, a bad
-// --mem-limit or profile) is a one-line error with the usage exit code 2.
+// --mem-limit or profile, a --drive folder that cannot take a probe file) is a one-line error with
+// the usage exit code 2; a --drive on the model's device is skipped with a warning.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "cli_runner.h"
 #include "unit/test_files.h"
@@ -214,6 +216,74 @@ TEST_F(PlanTest, K3StatedSecondDrive) {
   EXPECT_TRUE(compared);
   auto bad = RunCli("plan --k3 --profile m1-max --drive-gbps 0");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
+}
+
+// `--drive DIR` on the device of the model folder adds no bandwidth: a warning, the drive listed
+// as not counted, and the same machine as without it (its --json profile holds no further drive,
+// so the plan read back from it, without --drive, predicts the same s/token).
+TEST_F(PlanTest, DriveOnTheModelsDeviceIsNotCounted) {
+  ScopedTempDir drive;  // the test folders share one device
+  auto r = RunCli("plan --model " + Model() + " --quick --drive " + ShellQuote(drive.path()) +
+                  " --json " + Path("drive.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: --drive " + drive.path() + " is on the same device as " +
+                          *model_ + ": it adds no read bandwidth"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("drive " + drive.path() + ": on the same device as"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("more drive"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::is_empty(drive.path())) << "plan wrote into a drive it skips";
+  const json j = ReadJson("drive.json");
+  ExpectScenarios(j, false);
+  EXPECT_TRUE(j["profile"]["drive_gbps"].empty()) << j["profile"].dump();
+  ASSERT_EQ(j["drives"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["drives"][0]["path"], drive.path());
+  EXPECT_TRUE(j["drives"][0]["gbps"].is_null());
+  EXPECT_EQ(j["drives"][0]["same_device_as"], *model_);
+  auto again = RunCli("plan --model " + Model() + " --profile " + Path("drive.json") + " --json " +
+                      Path("nodrive.json"));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  const json k = ReadJson("nodrive.json");
+  EXPECT_TRUE(k["drives"].empty()) << k.dump();
+  ASSERT_EQ(k["scenarios"].size(), j["scenarios"].size());
+  for (size_t i = 0; i < j["scenarios"].size(); ++i) {
+    EXPECT_EQ(k["scenarios"][i]["predicted_s_per_token"],
+              j["scenarios"][i]["predicted_s_per_token"])
+        << j["scenarios"][i].dump();
+  }
+}
+
+// A --drive folder that cannot take a probe file is refused before anything is measured, naming
+// the folder; a stated profile takes --drive-gbps instead.
+TEST_F(PlanTest, BadDriveIsAUsageError) {
+  ScopedTempDir tmp;
+  const std::string missing = tmp.Join("no-such-drive");
+  const std::string file = tmp.Join("a-file");
+  std::ofstream(file) << "x";
+  struct Case {
+    std::string args, message;
+  };
+  std::vector<Case> cases = {
+      {"plan --model " + Model() + " --quick --drive " + ShellQuote(missing),
+       "--drive " + missing + ": no such directory"},
+      {"plan --model " + Model() + " --quick --drive " + ShellQuote(file),
+       "--drive " + file + ": is not a directory"},
+      {"plan --k3 --profile m1-max --drive " + ShellQuote(tmp.path()),
+       "a stated --profile takes further drives as --drive-gbps"},
+  };
+  // Unwritable, even for root: sysfs (a device of its own, so it is not skipped as sharing the
+  // model's; the test folders all share one device, where a folder is skipped before any write).
+  if (std::filesystem::is_directory("/sys")) {
+    cases.push_back(
+        {"plan --model " + Model() + " --quick --drive /sys", "--drive /sys: not writable"});
+  }
+  for (const Case& c : cases) {
+    auto r = RunCli(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find("error: "), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
+  }
 }
 
 // --k3 plans from a config made in memory: with a stated profile it writes nothing but --json,
