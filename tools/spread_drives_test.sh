@@ -79,7 +79,7 @@ run_args=("${base_args[@]}" --expert-cache 1M --io-threads 4)
 # The split run prefills a 48-token prompt: its wave asks for most of each layer's experts at
 # once, so both drives stay busy and the bytes follow their speeds. (A decode step asks for 4
 # experts a layer: the fast drive alone finishes them sooner, and the split leans further its way,
-# 2.3-4.4 : 1 in runs here, as the expected completion times say it should.)
+# 2.3-3.9 : 1 in runs here, as the expected completion times say it should.)
 long_ids=$(python3 -c 'print(",".join(str(5 + (i * 37) % 400) for i in range(48)))')
 long_args=(run --model "$model" --prompt-ids "$long_ids" --ignore-eos)
 "$deltafin" "${long_args[@]}" --max-new 2 --experts mapped --ids-out "$work/base.ids" >/dev/null 2>&1
