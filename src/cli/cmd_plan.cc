@@ -741,7 +741,7 @@ const Row* BestRow(const PlanResult& r) {
 }
 
 // What the best row would gain: more RAM (the smallest budget, spine + 1, 2, 4, ... GiB, whose
-// plan keeps the spine resident), all in RAM, a disk twice as fast.
+// plan keeps the spine resident), all in RAM, a disk twice as fast or another drive.
 void PrintAlternatives(const PlanModel& pm, const PlanResult& r, const Row& best) {
   auto shape = SpineShape(pm, best.p.spine);
   if (!shape.ok()) return;
@@ -764,10 +764,28 @@ void PrintAlternatives(const PlanModel& pm, const PlanResult& r, const Row& best
                 HumanBytes(pm.info.spine_bytes + WorkloadFrom(pm.info).all_expert_bytes()).c_str(),
                 row.p.s_per_token);
   }
+  // Twice the read bandwidth is also what a second drive as fast buys with a copy of every expert
+  // (the drive set reads at the sum of the rates); with drives already, one more like the first.
   MachineProfile fast = r.m;
   fast.expert_read_bps *= 2;
   const Prediction f = PredictScenario(fast, w, best.plan, r.assume);
+  if (r.m.more_drive_bps.empty()) {
+    std::printf(
+        "  a second drive as fast with a copy of every expert (`deltafin spread --drive DIR "
+        "--copies 2`), or a disk twice as fast: %.3f s/token (%s-bound)\n",
+        f.s_per_token, f.bound.c_str());
+    return;
+  }
   std::printf("  a disk twice as fast: %.3f s/token (%s-bound)\n", f.s_per_token, f.bound.c_str());
+  double more = 0;
+  for (const double bps : r.m.more_drive_bps) more += bps;
+  MachineProfile another = r.m;
+  another.expert_read_bps += r.m.expert_read_bps - more;  // the first drive's rate again
+  const Prediction a = PredictScenario(another, w, best.plan, r.assume);
+  std::printf(
+      "  one more drive as fast as the first, with a copy of every expert: %.3f s/token "
+      "(%s-bound)\n",
+      a.s_per_token, a.bound.c_str());
 }
 
 void PrintRecommendation(const PlanModel& pm, const PlanResult& r) {

@@ -168,6 +168,12 @@ TEST_F(PlanTest, K3StatedSecondDrive) {
   ASSERT_EQ(two.exit_code, 0) << two.output;
   EXPECT_NE(two.output.find("+ 1 more drive (6.60 + 6.60 GB/s combined)"), std::string::npos)
       << two.output;
+  // The recommendation says what another drive buys: a second one without drives, one more with.
+  EXPECT_NE(one.output.find("a second drive as fast with a copy of every expert"),
+            std::string::npos)
+      << one.output;
+  EXPECT_NE(two.output.find("one more drive as fast as the first"), std::string::npos)
+      << two.output;
   const json a = ReadJson("one.json"), b = ReadJson("two.json");
   // The profile keeps the first drive's rate and lists the further drives.
   EXPECT_NEAR(b["profile"]["expert_read_gbps"].get<double>(), 6.6, 1e-9);
@@ -181,7 +187,7 @@ TEST_F(PlanTest, K3StatedSecondDrive) {
   const json c = ReadJson("three.json");
   // The heading names the drives once, and the profile's name does not collect the note.
   EXPECT_NE(from_file.output.find("+ 1 more drive ("), std::string::npos) << from_file.output;
-  EXPECT_EQ(from_file.output.find("more drive", from_file.output.find("more drive") + 1),
+  EXPECT_EQ(from_file.output.find("more drive (", from_file.output.find("more drive (") + 1),
             std::string::npos)
       << from_file.output;
   EXPECT_EQ(c["profile"]["name"], b["profile"]["name"]);
