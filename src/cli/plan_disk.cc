@@ -1,12 +1,14 @@
 #include "cli/plan_disk.h"
 
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <linux/magic.h>  // TMPFS_MAGIC, RAMFS_MAGIC (Linux only; macOS has neither filesystem)
+#include <sys/statfs.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -170,9 +172,12 @@ Result<std::string> WriteProbeFile(const std::string& dir, uint64_t bytes, const
       return Status::Error("cannot write the probe file " + path + " (disk full?)");
     }
   }
-  // On the device and out of the page cache, so the reads that follow come from the drive.
+  // On the device and out of the page cache, so the reads that follow come from the drive (macOS
+  // has no fadvise; its direct reads, F_NOCACHE, skip the cache anyway).
   ::fsync(fd);
+#if defined(POSIX_FADV_DONTNEED)
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+#endif
   ::close(fd);
   return path;
 }
@@ -212,11 +217,13 @@ Result<DepthSweep> MeasureDrive(const std::string& dir, uint64_t span, const Dis
                                                              "--drive " + dir, &holder));
   const uint64_t seed = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
   DF_ASSIGN_OR_RETURN(DepthSweep sweep, MeasureDepths({file}, span, o, seed));
+#if defined(__linux__)
   // Recent kernels take O_DIRECT on tmpfs, so a direct read does not tell RAM from a drive.
   struct statfs fs_info {};
   if (::statfs(dir.c_str(), &fs_info) == 0) {
     sweep.in_memory = fs_info.f_type == TMPFS_MAGIC || fs_info.f_type == RAMFS_MAGIC;
   }
+#endif
   return sweep;
 }
 

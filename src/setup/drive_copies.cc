@@ -218,7 +218,10 @@ Status CopyWriter::Commit() {
       return Status::Error("cannot sync a file on " +
                            p_->drives[static_cast<size_t>(id.first - 1)] + ": " + Errno());
     }
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // the read-back comes from the device
+    // The read-back comes from the device (macOS has no fadvise: F_NOCACHE reads skip the cache).
+#if defined(POSIX_FADV_DONTNEED)
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+#endif
   }
   const int64_t E = p_->num_experts;
   for (const Pending& c : pending_) {
