@@ -13,6 +13,11 @@ namespace {
 
 constexpr double kAssumedBandwidth = 1e9;  // bytes/s before a drive's first measurement
 constexpr double kWindowSeconds = 0.25;    // busy time per bandwidth sample
+// A drive with reads in flight and none finished for this long is stalled (a USB drive resetting,
+// a disk spinning up): its expected completion becomes at least the stall so far, so reads with a
+// copy elsewhere stop waiting for it. Longer than a throttled drive's normal gaps (cgroup blkio
+// releases reads in 100 ms slices).
+constexpr double kStallSeconds = 0.25;
 
 uint64_t PackLocation(int shard, uint64_t offset) {
   return (static_cast<uint64_t>(shard) << 40) | offset;
@@ -125,12 +130,20 @@ const char* DriveSetReader::ModeName() const { return buffered_ ? "buffered" : "
 int DriveSetReader::BestLocked(int32_t key, uint64_t bytes, uint32_t allowed,
                                double* cost_out) const {
   const uint32_t bits = copies_[static_cast<size_t>(key)] & allowed;
+  const auto now = std::chrono::steady_clock::now();
   int best = -1;
   double best_cost = 0;
   for (size_t d = 0; d < drives_.size(); ++d) {
     const Drive& drive = drives_[d];
     if ((bits & (1u << d)) == 0 || drive.bad) continue;
-    const double cost = static_cast<double>(drive.inflight_bytes + bytes) / drive.bandwidth;
+    double cost = static_cast<double>(drive.inflight_bytes + bytes) / drive.bandwidth;
+    if (drive.inflight > 0) {
+      const double stalled =
+          std::chrono::duration<double>(now - std::max(drive.busy_since, drive.last_done)).count();
+      if (stalled > kStallSeconds) {
+        cost = std::max(cost, stalled + static_cast<double>(bytes) / drive.bandwidth);
+      }
+    }
     if (best < 0 || cost < best_cost) {
       best = static_cast<int>(d);
       best_cost = cost;
@@ -146,6 +159,7 @@ void DriveSetReader::ReserveLocked(Drive& d, uint64_t bytes) {
 }
 
 void DriveSetReader::ReleaseLocked(Drive& d, uint64_t bytes) {
+  d.last_done = std::chrono::steady_clock::now();
   d.inflight_bytes -= bytes;
   if (--d.inflight == 0) {
     d.busy_seconds +=

@@ -8,7 +8,9 @@
 // drive had at least one read in flight (its busy time), folded into an exponentially weighted
 // average every 0.25 s of busy time, so a drive twice as fast ends up with about twice the bytes
 // in flight and a slow or busy drive is used in proportion to what it delivers. All drives start
-// at the same assumed rate; the first few reads correct it. The reads run on the engine's
+// at the same assumed rate; the first few reads correct it. A drive whose reads in flight have not
+// moved for over 0.25 s (a stall) is expected to take at least as long again, so reads with
+// another copy stop waiting for it. The reads run on the engine's
 // IoScheduler, where each drive is a lane with its own queue depth (--io-threads reads in flight
 // per drive): the streamer asks Choose for a drive among those with room when it hands a read to
 // a thread, so reads whose copies are on a stalled drive wait without holding up reads that can
@@ -81,8 +83,9 @@ class DriveSetReader final : public ExpertSpanReader {
     uint64_t inflight_bytes = 0;
     uint64_t bytes_read = 0, reads = 0;
     std::chrono::steady_clock::time_point busy_since;
-    double busy_seconds = 0;  // closed busy intervals
-    double bandwidth = 0;     // bytes/s estimate
+    std::chrono::steady_clock::time_point last_done;  // a read of it last ended (or failed)
+    double busy_seconds = 0;                          // closed busy intervals
+    double bandwidth = 0;                             // bytes/s estimate
     uint64_t window_bytes = 0;
     double window_start_busy = 0;  // busy_seconds at the start of the estimate's window
   };

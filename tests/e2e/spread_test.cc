@@ -11,12 +11,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "cli_runner.h"
 #include "unit/test_files.h"
@@ -274,6 +276,28 @@ TEST_F(SpreadTest, AReadWaitsForAFullDriveExpectedToFinishFirst) {
   EXPECT_EQ(stats[0].reads, 1u);
   EXPECT_EQ(stats[1].reads, 2u);
   EXPECT_EQ(stats[2].reads, 1u);
+
+  // A stalled drive: one read in flight on drive 2 for 300 ms, none finished. Reads stop waiting
+  // for it once it is stalled past 0.25 s, although fewer bytes are queued there.
+  DriveSetReader* fresh = nullptr;  // a new reader: every drive back at the assumed rate
+  auto reader2 = OpenExpertReader(**weights, model_, /*direct=*/false, &fresh);
+  ASSERT_TRUE(reader2.ok()) << reader2.status().message();
+  std::vector<int> reserved = {fresh->Choose(shard, offset, length, 4u)};
+  EXPECT_EQ(reserved[0], 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (int expect : {0, 1, 0, 1}) {
+    reserved.push_back(fresh->Choose(shard, offset, length, 3u));
+    EXPECT_EQ(reserved.back(), expect);
+  }
+  // Drives 0 and 1 have two reads queued each, drive 2 one: without the stall the read would wait
+  // for drive 2.
+  reserved.push_back(fresh->Choose(shard, offset, length, 3u));
+  EXPECT_EQ(reserved.back(), 0);
+  for (int drive : reserved) {
+    ASSERT_GE(drive, 0);
+    auto data = fresh->ReadOn(drive, shard, offset, length, buffer.get(), capacity);
+    ASSERT_TRUE(data.ok()) << data.status().message();
+  }
 }
 
 TEST_F(SpreadTest, HotTracePlacesTheUsedExpertsFirst) {
