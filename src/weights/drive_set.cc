@@ -128,9 +128,8 @@ uint64_t DriveSetReader::DiskBytes(int /*shard*/, uint64_t offset, uint64_t leng
 const char* DriveSetReader::ModeName() const { return buffered_ ? "buffered" : "direct"; }
 
 int DriveSetReader::BestLocked(int32_t key, uint64_t bytes, uint32_t allowed,
-                               double* cost_out) const {
+                               std::chrono::steady_clock::time_point now, double* cost_out) const {
   const uint32_t bits = copies_[static_cast<size_t>(key)] & allowed;
-  const auto now = std::chrono::steady_clock::now();
   int best = -1;
   double best_cost = 0;
   for (size_t d = 0; d < drives_.size(); ++d) {
@@ -177,8 +176,9 @@ int DriveSetReader::Choose(int shard, uint64_t offset, uint64_t length, uint32_t
   // (a drive twice as fast takes twice the queued bytes before a slower one wins). Ties go to
   // the drive with room.
   double free_cost = 0, any_cost = 0;
-  int best = BestLocked(key, bytes, free_drives, &free_cost);
-  const int any = BestLocked(key, bytes, ~0u, &any_cost);
+  const auto now = std::chrono::steady_clock::now();  // one clock read for both
+  int best = BestLocked(key, bytes, free_drives, now, &free_cost);
+  const int any = BestLocked(key, bytes, ~0u, now, &any_cost);
   if (any >= 0 && (best < 0 || any_cost < free_cost)) return -1;
   if (best < 0) {
     // No good copy left: a drive holding one, for ReadOn to report. It must be one with room (the
@@ -249,7 +249,7 @@ Result<const uint8_t*> DriveSetReader::ReadOn(int drive, int shard, uint64_t off
     } else {
       ReleaseLocked(d, bytes);  // went bad before this read started
     }
-    best = BestLocked(key, bytes, ~0u);
+    best = BestLocked(key, bytes, ~0u, std::chrono::steady_clock::now());
     if (best < 0) {
       // Every drive holding a copy failed: this read's failures first, then drives that failed an
       // earlier read (with that read's error, which names its own offset).

@@ -93,8 +93,10 @@ class DriveSetReader final : public ExpertSpanReader {
   int32_t Key(int shard, uint64_t offset) const;  // layer * E + expert, -1 if unknown
   double BusyNowLocked(const Drive& d, std::chrono::steady_clock::time_point now) const;
   // The good drive holding a copy of `key` (of `bytes`) expected to finish first among `allowed`;
-  // -1 if none. *cost (if not null): its expected seconds to finish.
-  int BestLocked(int32_t key, uint64_t bytes, uint32_t allowed, double* cost = nullptr) const;
+  // -1 if none. `now` dates a stall (drives with reads in flight and none finished lately).
+  // *cost (if not null): its expected seconds to finish.
+  int BestLocked(int32_t key, uint64_t bytes, uint32_t allowed,
+                 std::chrono::steady_clock::time_point now, double* cost = nullptr) const;
   void ReserveLocked(Drive& d, uint64_t bytes);  // one more read in flight on d
   void ReleaseLocked(Drive& d, uint64_t bytes);
 
