@@ -680,7 +680,7 @@ void PrintMachine(const PlanArgs& a, const PlanModel& pm, const PlanResult& r, u
   }
   if (!r.depths.empty()) {
     std::printf("direct reads by queue depth:");
-    for (const auto& d : r.depths) std::printf("  %d: %.2f GB/s", d.depth, d.bps / 1e9);
+    for (const auto& d : r.depths) std::printf("  %d: %s", d.depth, Rate(d.bps).c_str());
     std::printf("\n");
   }
   PrintDrives(a, r);
