@@ -272,6 +272,58 @@ HWY_INLINE float ReduceEvenOdd(VF* acc) {
 #endif
 }
 
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// ReduceEvenOdd for up to 16 dot products at once: each level of the documented tree adds, in
+// every lane, the same two partials the one-product tree adds, but for several products per
+// instruction (two 512-bit shuffles and one add per level and pair of vectors, instead of an
+// extract and an add per level and product). Level 16 pairs 256-bit halves, level 8 128-bit
+// quarters, levels 4 and 2 lanes within quarters. Lane 4q + j of the result holds product
+// 4j + q.
+HWY_INLINE __m512 TreeOfSixteen(const __m512* x) {
+  __m512 t[8], u[4], v[2];
+  HWY_UNROLL(8)
+  for (int k = 0; k < 8; ++k) {
+    t[k] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * k], x[2 * k + 1], 0x44),
+                         _mm512_shuffle_f32x4(x[2 * k], x[2 * k + 1], 0xEE));
+  }
+  HWY_UNROLL(4)
+  for (int k = 0; k < 4; ++k) {
+    u[k] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * k], t[2 * k + 1], 0x88),
+                         _mm512_shuffle_f32x4(t[2 * k], t[2 * k + 1], 0xDD));
+  }
+  HWY_UNROLL(2)
+  for (int k = 0; k < 2; ++k) {
+    v[k] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * k], u[2 * k + 1], 0x44),
+                         _mm512_shuffle_ps(u[2 * k], u[2 * k + 1], 0xEE));
+  }
+  return _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD));
+}
+
+// out[k] = ReduceEvenOdd({even[k], odd[k]}) for k < kCount, 16 at a time (bit-identical).
+template <size_t kCount>
+HWY_INLINE void ReduceEvenOddMany(const VF* even, const VF* odd, float* out) {
+  HWY_UNROLL(2)
+  for (size_t k0 = 0; k0 < kCount; k0 += 16) {
+    __m512 e[16], o[16];
+    HWY_UNROLL(16)
+    for (size_t k = 0; k < 16; ++k) {
+      e[k] = k0 + k < kCount ? even[k0 + k].raw : _mm512_setzero_ps();
+      o[k] = k0 + k < kCount ? odd[k0 + k].raw : _mm512_setzero_ps();
+    }
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, _mm512_add_ps(TreeOfSixteen(e), TreeOfSixteen(o)));
+    HWY_UNROLL(16)
+    for (size_t k = 0; k < 16 && k0 + k < kCount; ++k) out[k0 + k] = lanes[4 * (k % 4) + k / 4];
+  }
+}
+constexpr bool kReduceMany = true;
+#else
+// Declared only: the tiles call it under `if constexpr (kReduceMany)`.
+template <size_t kCount>
+void ReduceEvenOddMany(const VF* even, const VF* odd, float* out);
+constexpr bool kReduceMany = false;  // one product at a time (ReduceEvenOdd)
+#endif
+
 // kR weight rows (decoders dec[i], each bound to its row) × kT de-interleaved activation vectors
 // (xd + t·xstride), over blocks [b0, b1) of 32 columns and, if `tail`, the rows' zero-padded last
 // block. Decoder::Pair<kTail>(b, j, even, odd) decodes chunk j of block b. Each weight chunk is
@@ -325,6 +377,27 @@ HWY_INLINE void TileKernel(const Decoder* dec, int64_t b0, int64_t b1, bool tail
   };
   for (int64_t b = b0; b < b1; ++b) block.template operator()<false>(b);
   if (tail) block.template operator()<true>(b1);
+  if constexpr (kReduceMany && kR * kT >= 4) {
+    if (last) {  // several products' trees at once
+      VF even[kR * kT], odd[kR * kT];
+      HWY_UNROLL(8)
+      for (size_t i = 0; i < kR; ++i) {
+        HWY_UNROLL(8)
+        for (size_t t = 0; t < kT; ++t) {
+          even[i * kT + t] = acc[i][t][0];
+          odd[i * kT + t] = acc[i][t][1];
+        }
+      }
+      float dots[kR * kT];
+      ReduceEvenOddMany<kR * kT>(even, odd, dots);
+      HWY_UNROLL(8)
+      for (size_t i = 0; i < kR; ++i) {
+        HWY_UNROLL(8)
+        for (size_t t = 0; t < kT; ++t) store(i, t, dots[i * kT + t]);
+      }
+      return;
+    }
+  }
   HWY_UNROLL(8)
   for (size_t i = 0; i < kR; ++i) {
     HWY_UNROLL(8)
@@ -341,16 +414,136 @@ HWY_INLINE void TileKernel(const Decoder* dec, int64_t b0, int64_t b1, bool tail
   }
 }
 
+// TileKernel in two passes over the columns, the even partials first and then the odd ones (each
+// partial's chain depends only on its own columns, so the order of the two passes changes no bit).
+// A tile then holds one set of kPairs accumulators per row and vector instead of two, so twice as
+// many rows × vectors fit the registers and each loaded weight and activation serves more
+// multiply-adds. The even partials wait in `carry` (or a stack stash) for the reduction.
+// Decoder::Half<kTail, kOdd>(b, j, w) decodes one half of chunk j of block b.
+template <size_t kR, size_t kT, class Decoder, class Store>
+HWY_INLINE void TileKernelHalves(const Decoder* dec, int64_t b0, int64_t b1, bool tail,
+                                 const float* xd, int64_t xstride, float* carry, bool first,
+                                 bool last, const Store& store) {
+  const DF df;
+  alignas(64) float stash[kR * kT * kPairs * kN];
+  const auto pass = [&]<int kOdd>() HWY_ATTR {
+    VF acc[kR][kT][kPairs];
+    HWY_UNROLL(8)
+    for (size_t i = 0; i < kR; ++i) {
+      HWY_UNROLL(8)
+      for (size_t t = 0; t < kT; ++t) {
+        HWY_UNROLL(4)
+        for (size_t j = 0; j < kPairs; ++j) {
+          acc[i][t][j] = first ? hn::Zero(df)
+                               : hn::Load(df, carry + ((t * kR + i) * kAcc + 2 * j + kOdd) * kN);
+        }
+      }
+    }
+    const auto block = [&]<bool kTail>(int64_t b) HWY_ATTR {
+      HWY_UNROLL(4)
+      for (size_t j = 0; j < kPairs; ++j) {
+        VF w[kR];
+        HWY_UNROLL(8)
+        for (size_t i = 0; i < kR; ++i) dec[i].template Half<kTail, kOdd>(b, j, w[i]);
+        const float* xb = xd + b * kBlock + static_cast<int64_t>(j) * kChunk + kOdd * kN;
+        HWY_UNROLL(8)
+        for (size_t t = 0; t < kT; ++t) {
+          VF xv = hn::Load(df, xb + static_cast<int64_t>(t) * xstride);
+#if HWY_ARCH_X86
+          if constexpr (kR > 1) asm("" : "+v"(xv.raw));  // one load for the kR rows
+#endif
+          HWY_UNROLL(8)
+          for (size_t i = 0; i < kR; ++i) acc[i][t][j] = hn::MulAdd(w[i], xv, acc[i][t][j]);
+        }
+      }
+    };
+    for (int64_t b = b0; b < b1; ++b) block.template operator()<false>(b);
+    if (tail) block.template operator()<true>(b1);
+    HWY_UNROLL(8)
+    for (size_t i = 0; i < kR; ++i) {
+      HWY_UNROLL(8)
+      for (size_t t = 0; t < kT; ++t) {
+        HWY_UNROLL(4)
+        for (size_t j = 0; j < kPairs; ++j) {
+          if (!last) {
+            hn::Store(acc[i][t][j], df, carry + ((t * kR + i) * kAcc + 2 * j + kOdd) * kN);
+          } else if constexpr (kOdd == 0) {
+            hn::Store(acc[i][t][j], df, stash + ((t * kR + i) * kPairs + j) * kN);
+          }
+        }
+        if constexpr (kOdd == 1 && !(kReduceMany && kR * kT >= 4)) {
+          if (last) {
+            VF both[kAcc];
+            HWY_UNROLL(4)
+            for (size_t j = 0; j < kPairs; ++j) {
+              both[2 * j] = hn::Load(df, stash + ((t * kR + i) * kPairs + j) * kN);
+              both[2 * j + 1] = acc[i][t][j];
+            }
+            store(i, t, ReduceEvenOdd(both));
+          }
+        }
+      }
+    }
+    if constexpr (kOdd == 1 && kReduceMany && kR * kT >= 4) {
+      if (last) {  // several products' trees at once
+        VF even[kR * kT], odd[kR * kT];
+        HWY_UNROLL(8)
+        for (size_t i = 0; i < kR; ++i) {
+          HWY_UNROLL(8)
+          for (size_t t = 0; t < kT; ++t) {
+            even[i * kT + t] = hn::Load(df, stash + (t * kR + i) * kN);
+            odd[i * kT + t] = acc[i][t][0];
+          }
+        }
+        float dots[kR * kT];
+        ReduceEvenOddMany<kR * kT>(even, odd, dots);
+        HWY_UNROLL(8)
+        for (size_t i = 0; i < kR; ++i) {
+          HWY_UNROLL(8)
+          for (size_t t = 0; t < kT; ++t) store(i, t, dots[i * kT + t]);
+        }
+      }
+    }
+  };
+  pass.template operator()<0>();
+  pass.template operator()<1>();
+}
+
+// Whether the two-pass tiles pay on this target: on AVX-512, where 32 registers hold 4 rows × 6
+// vectors of single accumulators (docs/PERFORMANCE.md "Batched kernels in two passes" has the
+// measurements). The BF16 and int8 kernels take them from kHalvesMinVectors vectors (below that
+// decoding each weight chunk twice costs more than the larger tile saves); MXFP4's fp32-decoded
+// weights stay one-pass (3 × 4): the bench preset's 256- and 512-column experts measured slower
+// in two passes.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr bool kHalvesTiles = true;
+#else
+constexpr bool kHalvesTiles = false;
+#endif
+constexpr int64_t kHalvesMinVectors = 16;
+
+// A batch tile (kT > 1) in two passes (kHalves) or in one.
+template <size_t kR, size_t kT, bool kHalves, class Decoder, class Store>
+HWY_INLINE void TileKernelFor(const Decoder* dec, int64_t b0, int64_t b1, bool tail,
+                              const float* xd, int64_t xstride, float* carry, bool first, bool last,
+                              const Store& store) {
+  if constexpr (kHalves && kT > 1) {
+    TileKernelHalves<kR, kT>(dec, b0, b1, tail, xd, xstride, carry, first, last, store);
+  } else {
+    TileKernel<kR, kT>(dec, b0, b1, tail, xd, xstride, carry, first, last, store);
+  }
+}
+
 // TileKernel for a run-time width 1 <= width <= kMaxT (the last, narrower vector tile).
-template <size_t kR, size_t kMaxT, class Decoder, class Store>
+template <size_t kR, size_t kMaxT, bool kHalves, class Decoder, class Store>
 HWY_INLINE void TileKernelWidth(size_t width, const Decoder* dec, int64_t b0, int64_t b1, bool tail,
                                 const float* xd, int64_t xstride, float* carry, bool first,
                                 bool last, const Store& store) {
   if (width == kMaxT) {
-    TileKernel<kR, kMaxT>(dec, b0, b1, tail, xd, xstride, carry, first, last, store);
+    TileKernelFor<kR, kMaxT, kHalves>(dec, b0, b1, tail, xd, xstride, carry, first, last, store);
   } else if constexpr (kMaxT > 1) {
-    TileKernelWidth<kR, kMaxT - 1>(width, dec, b0, b1, tail, xd, xstride, carry, first, last,
-                                   store);
+    TileKernelWidth<kR, kMaxT - 1, kHalves>(width, dec, b0, b1, tail, xd, xstride, carry, first,
+                                            last, store);
   }
 }
 
@@ -366,6 +559,10 @@ struct F32PairDecoder {
     even = hn::Load(df, p);
     odd = hn::Load(df, p + kN);
   }
+  template <bool kTail, int kOdd>
+  HWY_INLINE void Half(int64_t b, size_t j, VF& w) const {
+    w = hn::Load(DF(), base + (b - b0) * kBlock + static_cast<int64_t>(j) * kChunk + kOdd * kN);
+  }
 };
 
 // Tile shapes: accumulators (kR·kT·kAcc) + weights (2·kR) + one activation pair must fit the
@@ -373,10 +570,14 @@ struct F32PairDecoder {
 // (more weight streams in flight, each activation load shared by all of them).
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 constexpr size_t kTileRows = 3, kTileVecs = 4, kTileRowsSingle = 8;
+// Two-pass tiles (TileKernelHalves): 24 accumulators + 4 weights + one activation.
+constexpr size_t kHalvesRows = 4, kHalvesVecs = 6;
 #elif HWY_TARGET == HWY_AVX2
 constexpr size_t kTileRows = 1, kTileVecs = 2, kTileRowsSingle = 2;
+constexpr size_t kHalvesRows = kTileRows, kHalvesVecs = kTileVecs;
 #else
 constexpr size_t kTileRows = 1, kTileVecs = 3, kTileRowsSingle = 2;
+constexpr size_t kHalvesRows = kTileRows, kHalvesVecs = kTileVecs;
 #endif
 
 // Per-thread scratch (kWhich: 0 de-interleaved activations, 1 carried partials): grows to the
@@ -405,7 +606,8 @@ constexpr int64_t kColBlockBlocks = 1024 / kBlock;
 // Columns past `cols` up to the next multiple of 32 are +0 in both the decoders' padded last
 // block and x: their products +0·+0 leave every partial unchanged (a partial is never -0: it
 // starts at +0, and a sum that cancels exactly rounds to +0), so the padding is exact.
-template <size_t kR, size_t kT, size_t kR1, class Decoder, class MakeDecoder, class Finish>
+template <size_t kR, size_t kT, size_t kR1, bool kHalves, class Decoder, class MakeDecoder,
+          class Finish>
 HWY_INLINE void TiledRows(const MakeDecoder& make, int64_t rows, int64_t cols, const float* x,
                           int64_t n, int64_t r0, int64_t r1, float* y, const Finish& finish) {
   const int64_t padded = PaddedCols(cols);
@@ -452,13 +654,13 @@ HWY_INLINE void TiledRows(const MakeDecoder& make, int64_t rows, int64_t cols, c
         };
         const auto vector_tiles = [&](const auto* tile_dec) HWY_ATTR {
           for (t0 = 0; t0 + static_cast<int64_t>(kVecs) <= count; t0 += kVecs) {
-            TileKernel<kRows, kVecs>(tile_dec, cb, b1, with_tail, xd + t0 * padded, padded,
-                                     carry_at(t0), first, last, store);
+            TileKernelFor<kRows, kVecs, kHalves>(tile_dec, cb, b1, with_tail, xd + t0 * padded,
+                                                 padded, carry_at(t0), first, last, store);
           }
           if (t0 < count) {
-            TileKernelWidth<kRows, kVecs>(static_cast<size_t>(count - t0), tile_dec, cb, b1,
-                                          with_tail, xd + t0 * padded, padded, carry_at(t0), first,
-                                          last, store);
+            TileKernelWidth<kRows, kVecs, kHalves>(static_cast<size_t>(count - t0), tile_dec, cb,
+                                                   b1, with_tail, xd + t0 * padded, padded,
+                                                   carry_at(t0), first, last, store);
           }
         };
         if (!Decoder::kPredecode || count <= static_cast<int64_t>(kVecs)) {
@@ -526,6 +728,15 @@ struct Bf16PairDecoder {
     even = hn::BitCast(df, hn::ShiftLeft<16>(v));
     odd = hn::BitCast(df, hn::And(v, hn::Set(du, 0xFFFF0000u)));
   }
+  template <bool kTail, int kOdd>
+  HWY_INLINE void Half(int64_t b, size_t j, VF& w) const {
+    const DF df;
+    const hn::RebindToUnsigned<DF> du;
+    const hn::Repartition<uint16_t, DF> d16;
+    const uint16_t* p = (kTail ? pad : row + b * kBlock) + static_cast<int64_t>(j) * kChunk;
+    const auto v = hn::BitCast(du, hn::LoadU(d16, p));
+    w = hn::BitCast(df, kOdd ? hn::And(v, hn::Set(du, 0xFFFF0000u)) : hn::ShiftLeft<16>(v));
+  }
 };
 
 // Row-int8 pair decoder: 2kN int8 weights sign-extended to 16-bit lanes, viewed as kN 32-bit
@@ -551,6 +762,12 @@ struct I8PairDecoder {
     const auto v = hn::BitCast(di, hn::PromoteTo(d16, hn::LoadU(d8, p)));
     even = hn::ConvertTo(df, hn::ShiftRight<16>(hn::ShiftLeft<16>(v)));
     odd = hn::ConvertTo(df, hn::ShiftRight<16>(v));
+  }
+  template <bool kTail, int kOdd>
+  HWY_INLINE void Half(int64_t b, size_t j, VF& w) const {
+    VF even, odd;
+    Pair<kTail>(b, j, even, odd);  // the unused half's shifts and convert are dead code
+    w = kOdd ? odd : even;
   }
 };
 

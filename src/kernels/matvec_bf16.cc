@@ -27,9 +27,17 @@ void Bf16RowsImpl(const uint16_t* w, int64_t rows, int64_t cols, const float* x,
     ref::MatVecBf16(w + r0 * cols, r1 - r0, cols, x + v * cols, y + v * rows + r0);
   }
 #else
-  TiledRows<kTileRows, kTileVecs, kTileRowsSingle, Bf16PairDecoder>(
-      [&](Bf16PairDecoder& dec, int64_t r) { dec.Bind(w, cols, r); }, rows, cols, x, n, r0, r1, y,
-      [](int64_t, float s) { return s; });
+  const auto bind = [&](Bf16PairDecoder& dec, int64_t r) { dec.Bind(w, cols, r); };
+  const auto finish = [](int64_t, float s) { return s; };
+  if constexpr (kHalvesTiles) {
+    if (n >= kHalvesMinVectors) {
+      TiledRows<kHalvesRows, kHalvesVecs, kTileRowsSingle, true, Bf16PairDecoder>(
+          bind, rows, cols, x, n, r0, r1, y, finish);
+      return;
+    }
+  }
+  TiledRows<kTileRows, kTileVecs, kTileRowsSingle, false, Bf16PairDecoder>(bind, rows, cols, x, n,
+                                                                           r0, r1, y, finish);
 #endif
 }
 

@@ -30,9 +30,17 @@ void I8RowsImpl(const int8_t* q, const float* scales, int64_t rows, int64_t cols
             [scales](int64_t r, float s) { return scales[r] * s; });
     return;
   }
-  TiledRows<kTileRows, kTileVecs, kTileRowsSingle, I8PairDecoder>(
-      [&](I8PairDecoder& dec, int64_t r) { dec.Bind(q, cols, r); }, rows, cols, x, n, r0, r1, y,
-      [scales](int64_t r, float s) { return scales[r] * s; });
+  const auto bind = [&](I8PairDecoder& dec, int64_t r) { dec.Bind(q, cols, r); };
+  const auto finish = [scales](int64_t r, float s) { return scales[r] * s; };
+  if constexpr (kHalvesTiles) {
+    if (n >= kHalvesMinVectors) {
+      TiledRows<kHalvesRows, kHalvesVecs, kTileRowsSingle, true, I8PairDecoder>(
+          bind, rows, cols, x, n, r0, r1, y, finish);
+      return;
+    }
+  }
+  TiledRows<kTileRows, kTileVecs, kTileRowsSingle, false, I8PairDecoder>(bind, rows, cols, x, n, r0,
+                                                                         r1, y, finish);
 #endif
 }
 

@@ -325,7 +325,7 @@ void Mxfp4RowsImpl(const uint8_t* packed, const uint8_t* scales, int64_t rows, i
   // prefetch the next rows and are faster while the weights stream once per few vectors
   // (measured, 2026-12-06: K3's 3072×3584 at 8 vectors 68 % against 51 % of the FMA peak).
   if (n >= 16 || (n >= 4 && cols <= 1024)) {
-    TiledRows<kTileRows, kTileVecs, kTileRowsSingle, Mxfp4PairDecoder>(
+    TiledRows<kTileRows, kTileVecs, kTileRowsSingle, false, Mxfp4PairDecoder>(
         [&](Mxfp4PairDecoder& dec, int64_t r) { dec.Bind(packed, scales, cols, r); }, rows, cols, x,
         n, r0, r1, y, [](int64_t, float s) { return s; });
     return;
