@@ -99,18 +99,27 @@ void Route(const RouterConfig& rc, const float* logits, const float* correction_
       for (int64_t e = g * per_group; e < (g + 1) * per_group; ++e) selection[e] = kIneligible;
     }
   }
-  // Top-k by selection score, ties to the lower id; selected entries are marked NaN.
+  // Top-k by selection score, ties to the lower id, in one pass: ids[0, count) holds the best of
+  // the experts seen so far, best first; an expert enters behind every one with a score at least
+  // its own, so equal scores keep the lower id first (what k passes of "highest score, lowest id"
+  // choose). NaN scores are never chosen while other experts remain.
+  const int64_t top_k = rc.top_k;
+  int64_t count = 0;
+  for (int64_t e = 0; e < n; ++e) {
+    const float v = selection[e];
+    if (std::isnan(v)) continue;
+    if (count == top_k && !(v > selection[ids[top_k - 1]])) continue;
+    int64_t pos = count < top_k ? count++ : top_k - 1;
+    for (; pos > 0 && v > selection[ids[pos - 1]]; --pos) ids[pos] = ids[pos - 1];
+    ids[pos] = static_cast<int32_t>(e);
+  }
+  for (int64_t e = 0; count < top_k && e < n; ++e) {
+    if (std::isnan(selection[e])) ids[count++] = static_cast<int32_t>(e);
+  }
   float sum = 0.0f;
-  for (int64_t k = 0; k < rc.top_k; ++k) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < n; ++e) {
-      if (std::isnan(selection[e])) continue;
-      if (best < 0 || selection[e] > selection[best]) best = e;
-    }
-    ids[k] = static_cast<int32_t>(best);
-    selection[best] = std::numeric_limits<float>::quiet_NaN();
-    weights[k] = scores[best];
-    sum += scores[best];
+  for (int64_t k = 0; k < top_k; ++k) {
+    weights[k] = scores[ids[k]];
+    sum += scores[ids[k]];
   }
   for (int64_t k = 0; k < rc.top_k; ++k) {
     if (rc.renormalize) weights[k] = weights[k] / (sum + 1e-20f);

@@ -1,7 +1,12 @@
 // Per-op golden vectors (tests/data/golden/ops/ops.json, computed in fp64 by an independent
 // reference): MXFP4 GEMV, SiTU, AttnRes mix, router, one KDA layer and one MLA layer of the tiny
 // checkpoint. Tolerances are the ones ops.json states for an fp32 engine.
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
 #include <vector>
 
 #include "golden/golden_data.h"
@@ -130,6 +135,98 @@ TEST(GoldenOps, RouterSelectionAndWeights) {
       EXPECT_LE(std::abs(weights[k] - want_w[k]), 1e-6) << "slot " << k;
     }
   }
+}
+
+// The selection rule written the plain way: k passes, each taking the highest selection score
+// left (ties to the lowest id) after the group mask. Route picks in one pass; it must choose the
+// same experts in the same order, with the same weights, on scores full of ties.
+std::vector<int32_t> RouteByPasses(const RouterConfig& rc, const std::vector<float>& logits,
+                                   const std::vector<float>& bias) {
+  const int64_t n = rc.num_experts;
+  std::vector<float> selection(static_cast<size_t>(n));
+  for (int64_t e = 0; e < n; ++e) {
+    selection[static_cast<size_t>(e)] =
+        1.0f / (1.0f + std::exp(-logits[static_cast<size_t>(e)])) + bias[static_cast<size_t>(e)];
+  }
+  std::vector<bool> allowed(static_cast<size_t>(n), true);
+  if (rc.num_groups > 1 && rc.num_groups > rc.topk_groups) {
+    const int64_t per = n / rc.num_groups;
+    std::vector<float> group(static_cast<size_t>(rc.num_groups));
+    for (int64_t g = 0; g < rc.num_groups; ++g) {
+      std::vector<float> v(selection.begin() + g * per, selection.begin() + (g + 1) * per);
+      std::sort(v.begin(), v.end(), std::greater<float>());
+      group[static_cast<size_t>(g)] = v[0] + v[1];
+    }
+    std::vector<bool> kept(static_cast<size_t>(rc.num_groups), false);
+    for (int64_t i = 0; i < rc.topk_groups; ++i) {
+      int64_t best = -1;
+      for (int64_t g = 0; g < rc.num_groups; ++g) {
+        if (!kept[static_cast<size_t>(g)] &&
+            (best < 0 || group[static_cast<size_t>(g)] > group[static_cast<size_t>(best)])) {
+          best = g;
+        }
+      }
+      kept[static_cast<size_t>(best)] = true;
+    }
+    for (int64_t e = 0; e < n; ++e)
+      allowed[static_cast<size_t>(e)] = kept[static_cast<size_t>(e / per)];
+  }
+  std::vector<int32_t> ids;
+  std::vector<bool> taken(static_cast<size_t>(n), false);
+  for (int64_t k = 0; k < rc.top_k; ++k) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < n; ++e) {
+      if (taken[static_cast<size_t>(e)]) continue;
+      const float v = allowed[static_cast<size_t>(e)] ? selection[static_cast<size_t>(e)]
+                                                      : -std::numeric_limits<float>::infinity();
+      const float b =
+          best < 0 ? 0.0f
+                   : (allowed[static_cast<size_t>(best)] ? selection[static_cast<size_t>(best)]
+                                                         : -std::numeric_limits<float>::infinity());
+      if (best < 0 || v > b) best = e;
+    }
+    taken[static_cast<size_t>(best)] = true;
+    ids.push_back(static_cast<int32_t>(best));
+  }
+  return ids;
+}
+
+TEST(Router, OnePassChoosesWhatKPassesChoose) {
+  std::mt19937 rng(7);
+  int cases = 0;
+  for (const auto& [n, k, groups, kept] : std::vector<std::array<int64_t, 4>>{{896, 16, 1, 1},
+                                                                              {64, 6, 1, 1},
+                                                                              {64, 8, 8, 3},
+                                                                              {32, 32, 1, 1},
+                                                                              {256, 8, 8, 4},
+                                                                              {16, 2, 4, 1}}) {
+    const RouterConfig rc{n, k, groups, kept, true, 2.5f};
+    for (int seed = 0; seed < 200; ++seed, ++cases) {
+      // Few distinct logits and biases: many exact ties in the selection scores.
+      const int levels = seed % 3 == 0 ? 3 : (seed % 3 == 1 ? 17 : 100000);
+      std::vector<float> logits(static_cast<size_t>(n)), bias(static_cast<size_t>(n));
+      for (auto& v : logits)
+        v = static_cast<float>(static_cast<int>(rng() % levels) - levels / 2) / 7.0f;
+      for (auto& v : bias) v = seed % 2 == 0 ? 0.0f : static_cast<float>(rng() % 4) * 0.125f;
+      if (seed % 5 == 0) {
+        for (int64_t e = 0; e < n; e += 3) logits[static_cast<size_t>(e)] = -200.0f;  // sigmoid 0
+      }
+      std::vector<float> scratch(static_cast<size_t>(2 * n + groups));
+      std::vector<int32_t> ids(static_cast<size_t>(k));
+      std::vector<float> weights(static_cast<size_t>(k));
+      Route(rc, logits.data(), bias.data(), scratch.data(), ids.data(), weights.data());
+      const auto want = RouteByPasses(rc, logits, bias);
+      ASSERT_EQ(ids, want) << "n=" << n << " k=" << k << " seed=" << seed;
+      float sum = 0.0f;
+      for (int32_t id : want) sum += 1.0f / (1.0f + std::exp(-logits[static_cast<size_t>(id)]));
+      for (int64_t i = 0; i < k; ++i) {
+        const float raw =
+            1.0f / (1.0f + std::exp(-logits[static_cast<size_t>(want[static_cast<size_t>(i)])]));
+        EXPECT_EQ(weights[static_cast<size_t>(i)], raw / (sum + 1e-20f) * 2.5f);
+      }
+    }
+  }
+  EXPECT_EQ(cases, 1200);
 }
 
 class GoldenLayer : public ::testing::Test {
