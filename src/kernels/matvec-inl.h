@@ -5,7 +5,9 @@
 // exactly as the scalar reference (std::fma) rounds, so every target is bit-identical to it.
 // TiledRows (below) is the register-blocked form for batches (several rows × several vectors per
 // tile, the partials held as even/odd column pairs, activations and columns blocked for the
-// caches); docs/PERFORMANCE.md "Batched kernels at the multiply-add roof" describes the design.
+// caches; on AVX-512 BF16 and int8 batches take the even and the odd partials in two passes, and
+// the trees of 16 dot products are reduced at once); docs/PERFORMANCE.md "Batched kernels at the
+// multiply-add roof" and "Batched kernels in two passes" describe the design.
 //
 // Included by the kernel TUs after hwy/foreach_target.h, so it has Highway's per-target include
 // guard instead of #pragma once. Not compiled for HWY_SCALAR: there the TUs call the references.

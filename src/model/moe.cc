@@ -159,6 +159,8 @@ constexpr int64_t kGuessEveryExpertFactor = 8;
 constexpr int64_t kMaxExpertGroup = 64;
 // Fewer positions than this (decode steps, verify passes): one expert at a time.
 constexpr int64_t kExpertsSideBySideMinPositions = 16;
+// Positions per part when the combine splits over the pool (a decode step stays on one thread).
+constexpr int64_t kCombineGrain = 16;
 
 struct ExpertGroup {
   const ModelConfig* c;
@@ -262,9 +264,13 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
   // order (kernels/matvec.h), so the result is the same bit for bit.
   ExpertGroup group{&c, &layout, s};
   const int threads = DefaultPool().num_threads();
-  const int64_t group_limit = (threads > 1 && n >= kExpertsSideBySideMinPositions)
-                                  ? std::min<int64_t>(kMaxExpertGroup, int64_t{4} * threads)
-                                  : 1;
+  // Experts all in RAM run in groups as large as the scratch allows (one pool hand-off per group);
+  // streamed ones a few per thread, so the first to arrive compute while the rest load.
+  const int64_t group_limit =
+      (threads > 1 && n >= kExpertsSideBySideMinPositions)
+          ? (source->always_ready() ? kMaxExpertGroup
+                                    : std::min<int64_t>(kMaxExpertGroup, int64_t{4} * threads))
+          : 1;
   for (int64_t b0 = 0; b0 < m; b0 += batch) {
     const int64_t b1 = std::min(m, b0 + batch);
     DF_RETURN_IF_ERROR(
@@ -312,19 +318,21 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
     Charge(timer, wait);
   }
 
-  // Combine in selection order: acc += w_e·y_e (docs/MODEL.md §6.1), then the latent norm.
-  for (int64_t t = 0; t < n; ++t) {
-    float* r = s->r.data() + t * latent;
-    std::fill(r, r + latent, 0.0f);
-    for (int64_t slot = 0; slot < k; ++slot) {
-      const float we = s->weights[static_cast<size_t>(t * k + slot)];
-      const float* y = s->y_slots.data() + (t * k + slot) * latent;
-      for (int64_t d = 0; d < latent; ++d) r[d] += y[d] * we;
+  // Combine in selection order: acc += w_e·y_e (docs/MODEL.md §6.1), then the latent norm; each
+  // position on its own, so the positions split over the pool (the norm is charged with them).
+  DefaultPool().ParallelRanges(n, kCombineGrain, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* r = s->r.data() + t * latent;
+      std::fill(r, r + latent, 0.0f);
+      for (int64_t slot = 0; slot < k; ++slot) {
+        const float we = s->weights[static_cast<size_t>(t * k + slot)];
+        const float* y = s->y_slots.data() + (t * k + slot) * latent;
+        for (int64_t d = 0; d < latent; ++d) r[d] += y[d] * we;
+      }
+      if (c.latent_moe_use_norm) RmsNorm(r, w.latent_norm.data(), latent, c.rms_norm_eps, r);
     }
-    Charge(timer, OpFamily::kRoutedExperts);
-    if (c.latent_moe_use_norm) RmsNorm(r, w.latent_norm.data(), latent, c.rms_norm_eps, r);
-    Charge(timer, OpFamily::kLatentProjections);
-  }
+  });
+  Charge(timer, OpFamily::kRoutedExperts);
   Linear(w.latent_up, s->r.data(), n, s->routed.data());
   Charge(timer, OpFamily::kLatentProjections);
   if (m == 0) {  // no expert ran (only when n is 0): the shared experts still give `out`
