@@ -14,16 +14,20 @@ namespace {
 
 // Positions from which a pass spreads its heads over the threads.
 constexpr int64_t kHeadsSideBySideMinPositions = 8;
+// Channels per part when a wave's convolutions split over the threads.
+constexpr int64_t kConvChannelGrain = 64;
 
 // fla's in-kernel l2norm: u / sqrt(Σu² + 1e-6) (docs/MODEL.md §4.4).
 constexpr float kL2NormEps = 1e-6f;
 
 // Causal depthwise conv over [history (K-1 rows, oldest first), current] then SiLU, in place on
-// `cur` [P]; then shifts `cur` (the raw projection) into the history.
+// channels [c0, c1) of `cur` [P]; then shifts those channels of `cur` (the raw projection) into
+// the history. Channels never mix, so a wave splits them over the threads.
 void ConvStep(const float* weight, int64_t width, int64_t kernel, float* history, float* cur,
-              float* scratch_raw) {
-  std::memcpy(scratch_raw, cur, static_cast<size_t>(width) * sizeof(float));
-  for (int64_t ch = 0; ch < width; ++ch) {
+              float* scratch_raw, int64_t c0, int64_t c1) {
+  const auto bytes = static_cast<size_t>(c1 - c0) * sizeof(float);
+  std::memcpy(scratch_raw + c0, cur + c0, bytes);
+  for (int64_t ch = c0; ch < c1; ++ch) {
     const float* wc = weight + ch * kernel;
     float acc = 0.0f;
     for (int64_t j = 0; j < kernel - 1; ++j) acc += wc[j] * history[j * width + ch];
@@ -31,12 +35,10 @@ void ConvStep(const float* weight, int64_t width, int64_t kernel, float* history
     cur[ch] = Silu(acc);
   }
   // Shift: drop the oldest row, append the raw current projection.
-  if (kernel > 2) {
-    std::memmove(history, history + width,
-                 static_cast<size_t>((kernel - 2) * width) * sizeof(float));
+  for (int64_t j = 0; j + 2 < kernel; ++j) {
+    std::memcpy(history + j * width + c0, history + (j + 1) * width + c0, bytes);
   }
-  std::memcpy(history + (kernel - 2) * width, scratch_raw,
-              static_cast<size_t>(width) * sizeof(float));
+  std::memcpy(history + (kernel - 2) * width + c0, scratch_raw + c0, bytes);
 }
 
 void L2Normalize(float* u, int64_t n, float scale) {
@@ -175,20 +177,30 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
   const bool replaying = rollback != nullptr && rollback->mode == KdaRollbackMode::kReplay;
   const bool snapshots = rollback != nullptr && rollback->mode == KdaRollbackMode::kSnapshot;
   // 1. The causal convolutions of every position first: they depend on the projections and the
-  // conv history only, not on the recurrence.
-  for (int64_t t = 0; t < n; ++t) {
-    float* q = s->q.data() + t * p;
-    float* k = s->k.data() + t * p;
-    float* v = s->v.data() + t * p;
-    if (rollback != nullptr) {
+  // conv history only, not on the recurrence. A wave splits the channels over the threads (each
+  // channel's arithmetic unchanged).
+  if (rollback != nullptr) {
+    for (int64_t t = 0; t < n; ++t) {
       float* raw = rollback->raw.data() + t * 3 * p;
-      std::memcpy(raw, q, static_cast<size_t>(p) * sizeof(float));
-      std::memcpy(raw + p, k, static_cast<size_t>(p) * sizeof(float));
-      std::memcpy(raw + 2 * p, v, static_cast<size_t>(p) * sizeof(float));
+      std::memcpy(raw, s->q.data() + t * p, static_cast<size_t>(p) * sizeof(float));
+      std::memcpy(raw + p, s->k.data() + t * p, static_cast<size_t>(p) * sizeof(float));
+      std::memcpy(raw + 2 * p, s->v.data() + t * p, static_cast<size_t>(p) * sizeof(float));
     }
-    ConvStep(w.q_conv, p, kernel, state->conv_q.data(), q, s->window.data());
-    ConvStep(w.k_conv, p, kernel, state->conv_k.data(), k, s->window.data());
-    ConvStep(w.v_conv, p, kernel, state->conv_v.data(), v, s->window.data());
+  }
+  const auto conv_channels = [&](int64_t c0, int64_t c1) {
+    for (int64_t t = 0; t < n; ++t) {
+      ConvStep(w.q_conv, p, kernel, state->conv_q.data(), s->q.data() + t * p, s->window.data(),
+               c0, c1);
+      ConvStep(w.k_conv, p, kernel, state->conv_k.data(), s->k.data() + t * p, s->window.data(),
+               c0, c1);
+      ConvStep(w.v_conv, p, kernel, state->conv_v.data(), s->v.data() + t * p, s->window.data(),
+               c0, c1);
+    }
+  };
+  if (n >= kHeadsSideBySideMinPositions) {
+    DefaultPool().ParallelRanges(p, kConvChannelGrain, conv_channels);
+  } else {
+    conv_channels(0, p);
   }
   Charge(timer, OpFamily::kKdaConv);
 
