@@ -37,5 +37,9 @@ MatTVecBf16Fn ChooseMatTVecBf16();
 Mxfp4RowsFn ChooseMxfp4Rows();
 I8RowsFn ChooseI8Rows();
 SituFn ChooseSitu();
+// The KDA state step (kernels/kda_state.h); out == nullptr: update only.
+using KdaStepFn = void (*)(float* S, const float* g, const float* k, const float* v, float beta,
+                           const float* q, int64_t dim, float* delta, float* out);
+KdaStepFn ChooseKdaStep();
 
 }  // namespace deltafin::kernels::internal

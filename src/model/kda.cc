@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "base/thread_pool.h"
-#include "model/kda_step.h"
+#include "kernels/kda_state.h"
 #include "model/linear.h"
 #include "model/ops.h"
 
@@ -117,8 +117,8 @@ void KdaRollbackTo(const ModelConfig& c, int64_t accepted, KdaRollback* rb, KdaS
     const float* in = rb->inputs.data() + t * stride;
     for (int64_t h = 0; h < heads; ++h) {
       float* S = state->recurrent.data() + h * dim * dim;
-      KdaUpdateState(S, in + 2 * p + h * dim, in + h * dim, in + p + h * dim, in[3 * p + h], dim,
-                     rb->delta.data());
+      kernels::KdaUpdate(S, in + 2 * p + h * dim, in + h * dim, in + p + h * dim, in[3 * p + h],
+                         dim, rb->delta.data());
     }
   }
 }
@@ -189,12 +189,12 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
   }
   const auto conv_channels = [&](int64_t c0, int64_t c1) {
     for (int64_t t = 0; t < n; ++t) {
-      ConvStep(w.q_conv, p, kernel, state->conv_q.data(), s->q.data() + t * p, s->window.data(),
-               c0, c1);
-      ConvStep(w.k_conv, p, kernel, state->conv_k.data(), s->k.data() + t * p, s->window.data(),
-               c0, c1);
-      ConvStep(w.v_conv, p, kernel, state->conv_v.data(), s->v.data() + t * p, s->window.data(),
-               c0, c1);
+      ConvStep(w.q_conv, p, kernel, state->conv_q.data(), s->q.data() + t * p, s->window.data(), c0,
+               c1);
+      ConvStep(w.k_conv, p, kernel, state->conv_k.data(), s->k.data() + t * p, s->window.data(), c0,
+               c1);
+      ConvStep(w.v_conv, p, kernel, state->conv_v.data(), s->v.data() + t * p, s->window.data(), c0,
+               c1);
     }
   };
   if (n >= kHeadsSideBySideMinPositions) {
@@ -233,8 +233,8 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
           std::memcpy(replay + 2 * p + h * dim, gh, static_cast<size_t>(dim) * sizeof(float));
           replay[3 * p + h] = beta;
         }
-        KdaUpdateState(S, gh, kh, vh, beta, dim, oh);  // oh holds δ for now
-        KdaReadState(S, qh, dim, oh);
+        // δ goes to this head's part of the conv window (free once the convolutions are done).
+        kernels::KdaUpdateRead(S, gh, kh, vh, beta, qh, dim, s->window.data() + h * dim, oh);
         // Per-head RMSNorm (shared weight) before the sigmoid output gate.
         RmsNorm(oh, w.o_norm, dim, c.rms_norm_eps, oh);
         const float* gate = s->gate.data() + t * p + h * dim;

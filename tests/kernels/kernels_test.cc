@@ -22,8 +22,10 @@
 #include "base/thread_pool.h"
 #include "hwy/targets.h"
 #include "kernels/activation.h"
+#include "kernels/kda_state.h"
 #include "kernels/matvec.h"
 #include "kernels/ref/activation_ref.h"
+#include "kernels/ref/kda_ref.h"
 #include "kernels/ref/matvec_ref.h"
 
 namespace deltafin::kernels {
@@ -372,6 +374,44 @@ std::vector<float> SituInputs(std::mt19937& rng, size_t n) {
                             -std::numeric_limits<float>::infinity()};
   for (size_t i = 0; i < std::size(specials) && i < n; ++i) v[i * 7 % n] = specials[i];
   return v;
+}
+
+TEST_P(KernelsTest, KdaStepMatchesReference) {
+  std::mt19937 rng(33);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  for (int64_t dim : {1, 3, 4, 7, 8, 15, 16, 17, 33, 64, 100, 128, 129, 200}) {
+    for (int round = 0; round < 3; ++round) {
+      const auto sz = static_cast<size_t>(dim);
+      std::vector<float> S(sz * sz), g(sz), k(sz), v(sz), q(sz);
+      for (auto& x : S) x = uni(rng) * (round == 2 ? 1e-20f : 1.0f);
+      for (auto& x : g) x = 0.5f + 0.5f * std::abs(uni(rng));
+      for (auto& x : k) x = uni(rng);
+      for (auto& x : v) x = uni(rng);
+      for (auto& x : q) x = uni(rng);
+      if (round == 1) {  // exact cancellations and signed zeros
+        for (size_t i = 0; i < sz; i += 3) k[i] = 0.0f;
+        for (size_t i = 1; i < sz; i += 4) v[i] = -0.0f;
+      }
+      const float beta = 0.37f + 0.1f * static_cast<float>(round);
+      std::vector<float> want_s = S, want_delta(sz), want_out(sz);
+      ref::KdaUpdate(want_s.data(), g.data(), k.data(), v.data(), beta, dim, want_delta.data());
+      ref::KdaRead(want_s.data(), q.data(), dim, want_out.data());
+      std::vector<float> got_s = S, got_delta(sz), got_out(sz);
+      KdaUpdateRead(got_s.data(), g.data(), k.data(), v.data(), beta, q.data(), dim,
+                    got_delta.data(), got_out.data());
+      SCOPED_TRACE("dim=" + std::to_string(dim) + " round=" + std::to_string(round));
+      // Bit for bit, so -0 and +0 differ too.
+      ASSERT_EQ(0, std::memcmp(want_out.data(), got_out.data(), sz * sizeof(float)));
+      ASSERT_EQ(0, std::memcmp(want_s.data(), got_s.data(), sz * sz * sizeof(float)));
+      ExpectSame(want_s, got_s, "KdaUpdateRead state");
+      ExpectSame(want_delta, got_delta, "KdaUpdateRead delta");
+      ExpectSame(want_out, got_out, "KdaUpdateRead out");
+      std::vector<float> upd_s = S, upd_delta(sz);
+      KdaUpdate(upd_s.data(), g.data(), k.data(), v.data(), beta, dim, upd_delta.data());
+      ExpectSame(want_s, upd_s, "KdaUpdate state");
+      ExpectSame(want_delta, upd_delta, "KdaUpdate delta");
+    }
+  }
 }
 
 TEST_P(KernelsTest, SituMatchesReference) {
