@@ -81,12 +81,22 @@ const float* const* ForwardPass::Sources(int64_t t, int64_t n_anchors) {
   return sources_.data();
 }
 
-// AttnRes mix of [anchors of position t..., partial of t] for every position of the chunk.
+// AttnRes mix of [anchors of position t..., partial of t] for every position of the chunk. The
+// positions are independent, so a wave splits them over the pool (each thread with its own list of
+// source pointers); a decode step stays on the calling thread.
 void ForwardPass::Mix(const AlignedBuffer<float>& query, int64_t n, int64_t n_anchors, float* out) {
   const int64_t h = c_.hidden_size;
-  for (int64_t t = 0; t < n; ++t) {
-    AttnResMix(Sources(t, n_anchors), n_anchors + 1, query.data(), h, c_.rms_norm_eps, out + t * h);
-  }
+  constexpr int64_t kMixGrain = 8;  // positions per part
+  DefaultPool().ParallelRanges(n, kMixGrain, [&](int64_t t0, int64_t t1) {
+    const float* sources[kMaxAttnResSources];  // n_anchors + 1 <= this (config parsing)
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t j = 0; j < n_anchors; ++j) {
+        sources[j] = anchors_.data() + (t * max_anchors_ + j) * h;
+      }
+      sources[n_anchors] = partial_.data() + t * h;
+      AttnResMix(sources, n_anchors + 1, query.data(), h, c_.rms_norm_eps, out + t * h);
+    }
+  });
 }
 
 void ForwardPass::Emit(int64_t n, int64_t layer, const char* name, const float* values,

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "kernels/matvec.h"
+#include "weights/config.h"
 
 namespace deltafin {
 
@@ -34,10 +35,10 @@ void SoftmaxInPlace(float* x, int64_t n) {
 
 void AttnResMix(const float* const* sources, int64_t n_sources, const float* query, int64_t width,
                 float eps, float* out, float* alpha) {
-  // K3 has at most 9 sources (8 anchors + partial); a fixed array keeps this allocation-free.
-  constexpr int64_t kMaxSources = 64;
-  float scores[kMaxSources];
-  for (int64_t j = 0; j < n_sources && j < kMaxSources; ++j) {
+  // K3 has at most 9 sources (8 anchors + partial); a fixed array keeps this allocation-free
+  // (config parsing refuses more than kMaxAttnResSources).
+  float scores[kMaxAttnResSources];
+  for (int64_t j = 0; j < n_sources && j < kMaxAttnResSources; ++j) {
     const float* v = sources[j];
     const float inv_rms =
         1.0f / std::sqrt(kernels::DotF32(v, v, width) / static_cast<float>(width) + eps);

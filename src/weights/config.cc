@@ -357,6 +357,12 @@ Result<ModelConfig> ParseModelConfig(const std::string& json_text, const std::st
                                             " is in neither kda_layers nor full_attn_layers");
     }
   }
+  if (c.attn_res_block_size >= 1 &&
+      (c.num_hidden_layers - 1) / c.attn_res_block_size + 2 > kMaxAttnResSources) {
+    return fail("attn_res_block_size", "leaves more than " +
+                                           std::to_string(kMaxAttnResSources - 1) +
+                                           " AttnRes blocks for num_hidden_layers");
+  }
   // AttnRes assumes every block boundary (i % block == 0) starts a new block; layer 0 must exist.
   if (c.IsFullK3()) DF_RETURN_IF_ERROR(CheckFullK3(c, label));
   return c;

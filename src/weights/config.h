@@ -18,6 +18,10 @@ namespace deltafin {
 
 enum class AttentionKind : uint8_t { kKda, kMla };
 
+// The most sources an AttnRes mix takes (one anchor per block of attn_res_block_size layers, plus
+// the running partial; K3 has 9). Parsing refuses a config with more.
+constexpr int64_t kMaxAttnResSources = 64;
+
 struct ModelConfig {
   // Token ids (root object; text_config must agree where it repeats them).
   int64_t bos_token_id = 0;
@@ -30,9 +34,9 @@ struct ModelConfig {
   int64_t num_hidden_layers = 0;
   int64_t max_position_embeddings = 0;
   float rms_norm_eps = 1e-5f;
-  float situ_beta = 4.0f;          // activation_situ_beta
-  float situ_linear_beta = 25.0f;  // activation_situ_linear_beta
-  int64_t attn_res_block_size = 0;
+  float situ_beta = 4.0f;           // activation_situ_beta
+  float situ_linear_beta = 25.0f;   // activation_situ_linear_beta
+  int64_t attn_res_block_size = 0;  // anchors: (layers - 1) / block + 1
 
   // MLA (NoPE, output gate).
   int64_t mla_heads = 0;

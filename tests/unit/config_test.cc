@@ -485,6 +485,21 @@ TEST(ConfigTest, UnsupportedValueIsNamed) {
   });
 }
 
+TEST(ConfigTest, MoreAttnResBlocksThanTheMixTakesAreRefused) {
+  // 100 layers in blocks of 1: 101 AttnRes sources, above kMaxAttnResSources.
+  json kda = json::array(), full = json::array();
+  for (int layer = 1; layer <= 100; ++layer) (layer % 4 == 0 ? full : kda).push_back(layer);
+  json j = With(GoldenJson(), "text_config.num_hidden_layers", 100);
+  j = With(j, "text_config.linear_attn_config.kda_layers", kda);
+  j = With(j, "text_config.linear_attn_config.full_attn_layers", full);
+  const auto at_limit = Parse(With(j, "text_config.attn_res_block_size", 2));
+  EXPECT_TRUE(at_limit.ok()) << "50 blocks + the partial = 51 sources must load: "
+                             << at_limit.status().message();
+  const std::string msg = ParseError(With(j, "text_config.attn_res_block_size", 1));
+  EXPECT_HAS_SUBSTR(msg, "field text_config.attn_res_block_size");
+  EXPECT_HAS_SUBSTR(msg, "more than 63 AttnRes blocks");
+}
+
 TEST(ConfigTest, EosOutsideVocabularyIsRefused) {
   json j = With(GoldenJson(), "eos_token_id", 896);
   j = With(j, "text_config.eos_token_id", 896);
