@@ -70,13 +70,14 @@ HWY_INLINE float ReduceAccumulators(VF* acc) {
   return p[0];
 }
 
-// Dot products of one weight row (behind `dec`) with kT activation vectors xs[t], columns
-// [0, cols). Decoder: Block(c, w) fills kAcc vectors with the weights of columns [c, c+32);
-// Tail(c, count, out) writes `count` < 32 weights from column c as scalars.
+// The 32 partials of the dot products of one weight row (behind `dec`) with kT activation
+// vectors xs[t], columns [0, cols), into acc[t][0..kAcc). Decoder: Block(c, w) fills kAcc vectors
+// with the weights of columns [c, c+32); Tail(c, count, out) writes `count` < 32 weights from
+// column c as scalars.
 template <size_t kT, class Decoder>
-HWY_INLINE void DotRowTile(const Decoder& dec, int64_t cols, const float* const* xs, float* out) {
+HWY_INLINE void DotRowTilePartials(const Decoder& dec, int64_t cols, const float* const* xs,
+                                   VF (*acc)[kAcc]) {
   const DF df;
-  VF acc[kT][kAcc];
   HWY_UNROLL(16)
   for (size_t t = 0; t < kT; ++t) {
     HWY_UNROLL(8)
@@ -112,6 +113,14 @@ HWY_INLINE void DotRowTile(const Decoder& dec, int64_t cols, const float* const*
       }
     }
   }
+}
+
+// Dot products of one weight row (behind `dec`) with kT activation vectors xs[t], columns
+// [0, cols), each reduced by the documented tree.
+template <size_t kT, class Decoder>
+HWY_INLINE void DotRowTile(const Decoder& dec, int64_t cols, const float* const* xs, float* out) {
+  VF acc[kT][kAcc];
+  DotRowTilePartials<kT>(dec, cols, xs, acc);
   HWY_UNROLL(16)
   for (size_t t = 0; t < kT; ++t) out[t] = ReduceAccumulators(acc[t]);
 }
@@ -280,7 +289,8 @@ HWY_INLINE float ReduceEvenOdd(VF* acc) {
 // instruction (two 512-bit shuffles and one add per level and pair of vectors, instead of an
 // extract and an add per level and product). Level 16 pairs 256-bit halves, level 8 128-bit
 // quarters, levels 4 and 2 lanes within quarters. Lane 4q + j of the result holds product
-// 4j + q.
+// 4j + q. The same four steps are levels 8, 4, 2 and 1 of a product whose partials are in column
+// order (DotRowTilePartials) once level 16 has added its two vectors: lane i then holds partial i.
 HWY_INLINE __m512 TreeOfSixteen(const __m512* x) {
   __m512 t[8], u[4], v[2];
   HWY_UNROLL(8)

@@ -65,6 +65,44 @@ void F32RowsImpl(const float* w, int64_t rows, int64_t cols, const float* x, int
     }
   }
 #else
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if (n >= 2) {
+    // Several vectors (MLA's heads against cached latents): the products' trees 16 at a time.
+    // Each product's level 16 adds its two partial vectors (lane i = partial i), TreeOfSixteen
+    // does levels 8 to 1 for 16 of them: the documented additions, bit for bit.
+    __m512 sums[16];
+    int64_t out_at[16];  // y index of each collected product
+    int count = 0;
+    const auto flush = [&] {
+      for (int k = count; k < 16; ++k) sums[k] = _mm512_setzero_ps();
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, TreeOfSixteen(sums));
+      for (int k = 0; k < count; ++k) y[out_at[k]] = lanes[4 * (k % 4) + k / 4];
+      count = 0;
+    };
+    const auto collect = [&]<size_t kT>(const F32Decoder& dec, int64_t r, int64_t v) HWY_ATTR {
+      if (count + static_cast<int>(kT) > 16) flush();
+      const float* xs[kT];
+      for (size_t t = 0; t < kT; ++t) xs[t] = x + (v + static_cast<int64_t>(t)) * cols;
+      VF acc[kT][kAcc];
+      DotRowTilePartials<kT>(dec, cols, xs, acc);
+      for (size_t t = 0; t < kT; ++t) {
+        sums[count] = hn::Add(acc[t][0], acc[t][1]).raw;
+        out_at[count++] = (v + static_cast<int64_t>(t)) * y_stride + r;
+      }
+    };
+    for (int64_t r = r0; r < r1; ++r) {
+      const F32Decoder dec{w + r * cols};
+      int64_t v = 0;
+      for (; v + static_cast<int64_t>(kTile) <= n; v += kTile) {
+        collect.template operator()<kTile>(dec, r, v);
+      }
+      for (; v < n; ++v) collect.template operator()<1>(dec, r, v);
+    }
+    if (count > 0) flush();
+    return;
+  }
+#endif
   int64_t r = r0;
   if (n == 1 && cols % kBlock == 0) {
     for (; r + static_cast<int64_t>(kRowsSingle) <= r1; r += kRowsSingle) {
