@@ -336,6 +336,19 @@ void ReduceEvenOddMany(const VF* even, const VF* odd, float* out);
 constexpr bool kReduceMany = false;  // one product at a time (ReduceEvenOdd)
 #endif
 
+// A tile's kR × kT products (even[i·kT + t], odd[i·kT + t]: their partials in the even/odd
+// layout) reduced together (ReduceEvenOddMany) and passed to store(i, t, dot).
+template <size_t kR, size_t kT, class Store>
+HWY_INLINE void StoreDots(const VF* even, const VF* odd, const Store& store) {
+  float dots[kR * kT];
+  ReduceEvenOddMany<kR * kT>(even, odd, dots);
+  HWY_UNROLL(8)
+  for (size_t i = 0; i < kR; ++i) {
+    HWY_UNROLL(8)
+    for (size_t t = 0; t < kT; ++t) store(i, t, dots[i * kT + t]);
+  }
+}
+
 // kR weight rows (decoders dec[i], each bound to its row) × kT de-interleaved activation vectors
 // (xd + t·xstride), over blocks [b0, b1) of 32 columns and, if `tail`, the rows' zero-padded last
 // block. Decoder::Pair<kTail>(b, j, even, odd) decodes chunk j of block b. Each weight chunk is
@@ -400,13 +413,7 @@ HWY_INLINE void TileKernel(const Decoder* dec, int64_t b0, int64_t b1, bool tail
           odd[i * kT + t] = acc[i][t][1];
         }
       }
-      float dots[kR * kT];
-      ReduceEvenOddMany<kR * kT>(even, odd, dots);
-      HWY_UNROLL(8)
-      for (size_t i = 0; i < kR; ++i) {
-        HWY_UNROLL(8)
-        for (size_t t = 0; t < kT; ++t) store(i, t, dots[i * kT + t]);
-      }
+      StoreDots<kR, kT>(even, odd, store);
       return;
     }
   }
@@ -507,13 +514,7 @@ HWY_INLINE void TileKernelHalves(const Decoder* dec, int64_t b0, int64_t b1, boo
             odd[i * kT + t] = acc[i][t][0];
           }
         }
-        float dots[kR * kT];
-        ReduceEvenOddMany<kR * kT>(even, odd, dots);
-        HWY_UNROLL(8)
-        for (size_t i = 0; i < kR; ++i) {
-          HWY_UNROLL(8)
-          for (size_t t = 0; t < kT; ++t) store(i, t, dots[i * kT + t]);
-        }
+        StoreDots<kR, kT>(even, odd, store);
       }
     }
   };
