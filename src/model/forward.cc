@@ -86,7 +86,7 @@ const float* const* ForwardPass::Sources(int64_t t, int64_t n_anchors) {
 // source pointers); a decode step stays on the calling thread.
 void ForwardPass::Mix(const AlignedBuffer<float>& query, int64_t n, int64_t n_anchors, float* out) {
   const int64_t h = c_.hidden_size;
-  constexpr int64_t kMixGrain = 8;  // positions per part
+  constexpr int64_t kMixGrain = 32;  // positions per part: a short pass stays on one thread
   DefaultPool().ParallelRanges(n, kMixGrain, [&](int64_t t0, int64_t t1) {
     const float* sources[kMaxAttnResSources];  // n_anchors + 1 <= this (config parsing)
     for (int64_t t = t0; t < t1; ++t) {

@@ -14,8 +14,11 @@ namespace {
 
 // Positions from which a pass spreads its heads over the threads.
 constexpr int64_t kHeadsSideBySideMinPositions = 8;
-// Channels per part when a wave's convolutions split over the threads.
+// Channels per part when a wave's convolutions split over the threads, and the positions from
+// which they do: a short pass (a verify pass, a small chunk) is not worth a pool hand-off per
+// layer for a few hundred multiply-adds per channel.
 constexpr int64_t kConvChannelGrain = 64;
+constexpr int64_t kConvSideBySideMinPositions = 64;
 
 // fla's in-kernel l2norm: u / sqrt(Σu² + 1e-6) (docs/MODEL.md §4.4).
 constexpr float kL2NormEps = 1e-6f;
@@ -197,7 +200,7 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
                c1);
     }
   };
-  if (n >= kHeadsSideBySideMinPositions) {
+  if (n >= kConvSideBySideMinPositions) {
     DefaultPool().ParallelRanges(p, kConvChannelGrain, conv_channels);
   } else {
     conv_channels(0, p);

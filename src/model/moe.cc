@@ -159,8 +159,9 @@ constexpr int64_t kGuessEveryExpertFactor = 8;
 constexpr int64_t kMaxExpertGroup = 64;
 // Fewer positions than this (decode steps, verify passes): one expert at a time.
 constexpr int64_t kExpertsSideBySideMinPositions = 16;
-// Positions per part when the combine splits over the pool (a decode step stays on one thread).
-constexpr int64_t kCombineGrain = 16;
+// Positions per part when the combine splits over the pool (a decode step or a verify pass stays
+// on one thread).
+constexpr int64_t kCombineGrain = 32;
 
 struct ExpertGroup {
   const ModelConfig* c;
