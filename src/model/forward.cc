@@ -51,7 +51,6 @@ ForwardPass::ForwardPass(const ModelWeights& weights, int64_t max_chunk, int64_t
   normed_.Resize(sz(n * h));
   sublayer_.Resize(sz(n * h));
   tail_.Resize(sz(h));
-  sources_.resize(sz(max_anchors_ + 1));
 }
 
 uint64_t ForwardPass::ReservedBytes() const {
@@ -60,7 +59,7 @@ uint64_t ForwardPass::ReservedBytes() const {
   for (const MlaCache& m : mla_) total += m.Bytes();
   for (const KdaRollback& r : rollback_) total += r.Bytes();
   total += BufferBytes(partial_, anchors_, mixed_, normed_, sublayer_, tail_);
-  return total + sources_.capacity() * sizeof(const float*);
+  return total;
 }
 
 void ForwardPass::Reset() {
@@ -71,30 +70,27 @@ void ForwardPass::Reset() {
   for (auto& m : mla_) m.length = 0;
 }
 
-// The AttnRes sources of position t: its anchors, then its running partial (docs/MODEL.md §4.3).
-const float* const* ForwardPass::Sources(int64_t t, int64_t n_anchors) {
+// The AttnRes sources of position t into out[0, n_anchors + 1): its anchors, then its running
+// partial (docs/MODEL.md §4.3). Callers pass a kMaxAttnResSources array (config parsing keeps
+// n_anchors + 1 within it), so neither a wave's threads nor a decode step share a list.
+const float* const* ForwardPass::Sources(int64_t t, int64_t n_anchors, const float** out) const {
   const int64_t h = c_.hidden_size;
-  for (int64_t j = 0; j < n_anchors; ++j) {
-    sources_[static_cast<size_t>(j)] = anchors_.data() + (t * max_anchors_ + j) * h;
-  }
-  sources_[static_cast<size_t>(n_anchors)] = partial_.data() + t * h;
-  return sources_.data();
+  for (int64_t j = 0; j < n_anchors; ++j) out[j] = anchors_.data() + (t * max_anchors_ + j) * h;
+  out[n_anchors] = partial_.data() + t * h;
+  return out;
 }
 
 // AttnRes mix of [anchors of position t..., partial of t] for every position of the chunk. The
-// positions are independent, so a wave splits them over the pool (each thread with its own list of
-// source pointers); a decode step stays on the calling thread.
+// positions are independent, so a wave splits them over the pool; a decode step stays on the
+// calling thread.
 void ForwardPass::Mix(const AlignedBuffer<float>& query, int64_t n, int64_t n_anchors, float* out) {
   const int64_t h = c_.hidden_size;
   constexpr int64_t kMixGrain = 32;  // positions per part: a short pass stays on one thread
   DefaultPool().ParallelRanges(n, kMixGrain, [&](int64_t t0, int64_t t1) {
-    const float* sources[kMaxAttnResSources];  // n_anchors + 1 <= this (config parsing)
+    const float* sources[kMaxAttnResSources];
     for (int64_t t = t0; t < t1; ++t) {
-      for (int64_t j = 0; j < n_anchors; ++j) {
-        sources[j] = anchors_.data() + (t * max_anchors_ + j) * h;
-      }
-      sources[n_anchors] = partial_.data() + t * h;
-      AttnResMix(sources, n_anchors + 1, query.data(), h, c_.rms_norm_eps, out + t * h);
+      AttnResMix(Sources(t, n_anchors, sources), n_anchors + 1, query.data(), h, c_.rms_norm_eps,
+                 out + t * h);
     }
   });
 }
@@ -125,8 +121,9 @@ Status ForwardPass::AcquireSpine(int64_t group) {
 
 void ForwardPass::Tail(int64_t t, int64_t n_anchors, float* logits) {
   const int64_t h = c_.hidden_size;
-  AttnResMix(Sources(t, n_anchors), n_anchors + 1, w_.tail_res_query.data(), h, c_.rms_norm_eps,
-             tail_.data());
+  const float* sources[kMaxAttnResSources];
+  AttnResMix(Sources(t, n_anchors, sources), n_anchors + 1, w_.tail_res_query.data(), h,
+             c_.rms_norm_eps, tail_.data());
   timer_.Charge(OpFamily::kAttnRes);
   RmsNorm(tail_.data(), w_.final_norm.data(), h, c_.rms_norm_eps, tail_.data());
   timer_.Charge(OpFamily::kLmHead);

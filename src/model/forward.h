@@ -93,7 +93,7 @@ class ForwardPass {
   Result<size_t> RestoreState(std::span<const uint8_t> bytes);
 
  private:
-  const float* const* Sources(int64_t t, int64_t n_anchors);
+  const float* const* Sources(int64_t t, int64_t n_anchors, const float** out) const;
   void Mix(const AlignedBuffer<float>& query, int64_t n, int64_t n_anchors, float* out);
   void Emit(int64_t n, int64_t layer, const char* name, const float* values, int64_t width);
   void Tail(int64_t t, int64_t n_anchors, float* logits);
@@ -134,7 +134,6 @@ class ForwardPass {
   AlignedBuffer<float> normed_;    // [n, H] RMS-normalised sub-layer input
   AlignedBuffer<float> sublayer_;  // [n, H] attention or FFN output
   AlignedBuffer<float> tail_;      // [H]
-  std::vector<const float*> sources_;  // [max_anchors + 1] reserved pointer list
 };
 
 }  // namespace deltafin
