@@ -78,6 +78,14 @@ Result<std::string> ReadFileToString(const std::string& path) {
   return ss.str();
 }
 
+void AdviseWillNeed(const void* begin, size_t bytes) {
+  if (bytes == 0) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<uintptr_t>(begin) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(begin) + bytes;
+  ::madvise(reinterpret_cast<void*>(first), end - first, MADV_WILLNEED);
+}
+
 size_t PageInMappedRange(const uint8_t* begin, size_t bytes, unsigned char* residency) {
   const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   void* addr = const_cast<uint8_t*>(begin);

@@ -38,6 +38,12 @@ class MappedFile {
   std::string path_;
 };
 
+// Starts reading the pages that cover [begin, begin + bytes) of a file mapping into the page cache
+// and returns without waiting (madvise MADV_WILLNEED over the page-aligned range; a no-op for
+// memory that is not a file mapping and where unsupported). Many calls in a row put many reads in
+// flight at once, where touching the bytes would fault them in one at a time.
+void AdviseWillNeed(const void* begin, size_t bytes);
+
 // Brings the missing pages of a page-aligned range of a file mapping into RAM: mincore() finds
 // them, madvise(MADV_WILLNEED) starts readahead over the range, and one byte of each missing page
 // is read, which waits for it. `residency` holds at least bytes / page size entries. Returns

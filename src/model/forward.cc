@@ -147,6 +147,7 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
   const double io_wait_before = stats_.io_wait_seconds;
   timer_.Start(&stats_);
   // Embedding rows, widened exactly.
+  spine_->WillReadEmbeddingRows({tokens, static_cast<size_t>(n)});
   for (int64_t t = 0; t < n; ++t) {
     const uint16_t* row = w_.embed_tokens + static_cast<int64_t>(tokens[t]) * h;
     float* dst = partial_.data() + t * h;

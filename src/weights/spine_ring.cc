@@ -6,6 +6,7 @@
 
 #include "base/byte_size.h"
 #include "base/parallel_each.h"
+#include "io/mapped_file.h"
 
 namespace deltafin {
 
@@ -99,6 +100,8 @@ Status SpineRing::Plan(const ModelWeights& w, const SpineRingOptions& o) {
   small_copies_.reserve(n_layers * 6);
   for (size_t i = 0; i < n_layers; ++i) CloneLayer(c, w.layers[i], &layers_[i], &small_copies_);
   lm_head_ = w.lm_head;
+  embed_tokens_ = w.embed_tokens;
+  embed_row_bytes_ = static_cast<size_t>(c.hidden_size) * sizeof(uint16_t);
 
   // Every matrix the ring reads, from the byte map: its file (opened on first use), offset and
   // bytes, and the pointer in layers_ / lm_head_ it feeds.
@@ -325,6 +328,15 @@ Status SpineRing::Acquire(int64_t group, uint64_t* bytes_read) {
     *bytes_read = g.bytes;
   }
   return Status::Ok();
+}
+
+void SpineRing::WillReadEmbeddingRows(std::span<const int32_t> tokens) {
+  if (tokens.size() < 2) return;  // one row: its own fault reads it as soon
+  for (const int32_t t : tokens) {
+    AdviseWillNeed(
+        reinterpret_cast<const uint8_t*>(embed_tokens_) + static_cast<size_t>(t) * embed_row_bytes_,
+        embed_row_bytes_);
+  }
 }
 
 const LayerWeights* SpineRing::ReadyLayer(int64_t i) {

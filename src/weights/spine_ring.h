@@ -81,6 +81,9 @@ class SpineRing final : public SpineSource, private IoQueue {
   const SpineMatrix& lm_head() const override { return lm_head_; }
   // Layer i when it is already in RAM (pinned, or read and acquired-ready), else null. Does not
   // wait: the post-attention router lookahead uses it to guess only when it costs no wait.
+  // The embedding table stays mapped, not held in RAM, when the spine streams: a wave's rows would
+  // each cost a page fault that reads in turn. Their readahead is started here, all at once.
+  void WillReadEmbeddingRows(std::span<const int32_t> tokens) override;
   const LayerWeights* ReadyLayer(int64_t i) override;
 
   int depth() const { return static_cast<int>(slots_.size()); }
@@ -165,6 +168,8 @@ class SpineRing final : public SpineSource, private IoQueue {
   std::vector<LayerWeights> layers_;
   std::vector<AlignedBuffer<float>> small_copies_;  // the mapped small vectors, copied
   SpineMatrix lm_head_;
+  const uint16_t* embed_tokens_ = nullptr;  // [vocab, H] BF16, mapped
+  size_t embed_row_bytes_ = 0;
   std::vector<int64_t> streamed_;      // streamed groups in pass order
   std::vector<int64_t> stream_index_;  // [groups] index in streamed_, -1 when pinned
   uint64_t slot_bytes_ = 0, pinned_bytes_ = 0, streamed_bytes_ = 0;

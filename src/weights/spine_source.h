@@ -7,6 +7,8 @@
 //   Acquire(g)   waits until group g is in RAM and lets the source start on the groups after it
 //   layer(i)     the layer's weights as the model must use them (valid until the next Acquire
 //                for a streamed group; always for a resident one)
+// and before widening a pass's embedding rows it names them (WillReadEmbeddingRows), so a source
+// whose embedding table is not held in RAM can have them all read side by side.
 // Implementations:
 //   ResidentSpine  the bound weights themselves (mapped shards, widened vectors): nothing to wait
 //   SpineRing      pinned groups plus a ring of direct-read buffers (weights/spine_ring.h)
@@ -14,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "base/status.h"
 #include "weights/weights.h"
@@ -34,6 +37,9 @@ class SpineSource {
   virtual const SpineMatrix& lm_head() const = 0;
   // Layer i when it is in RAM already, else null; never waits (the post-attention lookahead).
   virtual const LayerWeights* ReadyLayer(int64_t i) = 0;
+  // The pass is about to read the embedding rows of `tokens` (ids already checked). Never waits;
+  // the rows are read from ModelWeights::embed_tokens either way.
+  virtual void WillReadEmbeddingRows(std::span<const int32_t> /*tokens*/) {}
 };
 
 // The bound weights, all in RAM (or the page cache).
