@@ -151,9 +151,15 @@ PrefillPrediction PredictPrefill(const MachineProfile& m, const ModelWorkload& w
         D(w.spine_products) * m.bf16_call_s + distinct * D(w.num_moe_layers) * 3 * m.mxfp4_call_s;
   }
   r.compute_s = sampled_compute_s > 0 ? sampled_compute_s : Div(flops, rate) + calls_s;
-  // The readers' CPU time (system time per byte, measured) takes cores from the products, as in a
-  // decode step.
-  r.compute_s += bytes * m.io_cpu_s_per_byte / std::max(1, m.threads);
+  // The readers take cores and memory bandwidth from the products, as in a decode step: measured,
+  // compute runs slower by compute_slowdown_reading for the part of the prompt the reads take;
+  // otherwise their CPU time (system time per byte) is added.
+  if (m.compute_slowdown_reading > 0) {
+    const double busy = std::min(1.0, Div(r.read_s, r.compute_s));
+    r.compute_s *= 1 + (std::max(1.0, m.compute_slowdown_reading) - 1) * busy;
+  } else {
+    r.compute_s += bytes * m.io_cpu_s_per_byte / std::max(1, m.threads);
+  }
   r.seconds = std::max(r.read_s, r.compute_s);
   r.bound = r.read_s > r.compute_s ? "read" : "compute";
   return r;

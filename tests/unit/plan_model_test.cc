@@ -211,6 +211,30 @@ TEST(PlanModelTest, PrefillReadsEachWavesDistinctExpertsOnce) {
   EXPECT_EQ(one.bound, "compute");
 }
 
+// A measured slowdown while the readers run stretches the part of the compute the reads take
+// (as in a decode step), in place of the readers' CPU time per byte.
+TEST(PlanModelTest, PrefillComputeSlowsWhileTheReadersRun) {
+  MachineProfile m = Profile();
+  m.io_cpu_s_per_byte = 1e-9;
+  const ModelWorkload w = Workload();  // 100 experts, top-10, 10 MoE layers, 1 MB each
+  ScenarioPlan p;
+  p.experts_streamed = true;
+  p.spine_resident = true;
+  p.prefill_wave = 1000;
+  // One wave reads 1 GB: 0.5 s at 2 GB/s; the sampled compute is 2 s.
+  const PrefillPrediction cpu = PredictPrefill(m, w, p, 1000, 0, 2.0);
+  EXPECT_NEAR(cpu.read_s, 0.5, 1e-9);
+  EXPECT_NEAR(cpu.compute_s, 2.0 + 1e9 * 1e-9 / m.threads, 1e-9);
+  // Readers busy a quarter of the compute, kernels 1.4x slower meanwhile: 2 x (1 + 0.4 x 0.25).
+  m.compute_slowdown_reading = 1.4;
+  const PrefillPrediction slowed = PredictPrefill(m, w, p, 1000, 0, 2.0);
+  EXPECT_NEAR(slowed.compute_s, 2.2, 1e-9);
+  EXPECT_EQ(slowed.bound, "compute");
+  // Reads longer than the compute: slowed all the way.
+  m.expert_read_bps = 0.25e9;
+  EXPECT_NEAR(PredictPrefill(m, w, p, 1000, 0, 2.0).compute_s, 2.8, 1e-9);
+}
+
 // `plan --k3`'s config through the engine's own planner gives the spec's byte accounting
 // (docs/MODEL.md §2.11), so the K3 numbers are computed from the config rather than typed in.
 TEST(PlanModelTest, K3WorkloadFromConfigMatchesSpec) {
