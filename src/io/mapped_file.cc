@@ -81,9 +81,10 @@ Result<std::string> ReadFileToString(const std::string& path) {
 void AdviseWillNeed(const void* begin, size_t bytes) {
   if (bytes == 0) return;
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto first = reinterpret_cast<uintptr_t>(begin) / page * page;
-  const uintptr_t end = reinterpret_cast<uintptr_t>(begin) + bytes;
-  ::madvise(reinterpret_cast<void*>(first), end - first, MADV_WILLNEED);
+  // Back to the start of the page that holds `begin`.
+  const size_t into_page = reinterpret_cast<uintptr_t>(begin) % page;
+  auto* first = const_cast<uint8_t*>(static_cast<const uint8_t*>(begin)) - into_page;
+  ::madvise(first, bytes + into_page, MADV_WILLNEED);
 }
 
 size_t PageInMappedRange(const uint8_t* begin, size_t bytes, unsigned char* residency) {
