@@ -803,7 +803,8 @@ struct Mxfp4PairDecoder {
     alignas(64) static constexpr float kTable[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
                                                      4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
                                                      -2.0f, -3.0f, -4.0f, -6.0f};
-    const __m512 scaled = _mm512_mul_ps(_mm512_load_ps(kTable), _mm512_set1_ps(E8m0ToF32(srow[b])));
+    const __m512 scaled =
+        _mm512_mul_ps(_mm512_load_ps(kTable), _mm512_set1_ps(kE8m0AsF32[srow[b]]));
     const __m512i codes =
         _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(prow + b * 16)));
     even.raw = _mm512_permutexvar_ps(codes, scaled);
@@ -895,7 +896,7 @@ struct Mxfp4Decoder {
     const D8 d8;
     const int64_t g = c / kBlock;
     const uint8_t* bytes = prow + g * (kBlock / 2);
-    const VF half_scale = hn::Set(df, E8m0ToF32(srow[g]) * 0.5f);  // exact
+    const VF half_scale = hn::Set(df, kE8m0AsF32[srow[g]] * 0.5f);  // exact
     HWY_UNROLL(4)
     for (size_t it = 0; it < kAcc / 2; ++it) {
       auto b = hn::LoadU(d8, bytes + it * kN);

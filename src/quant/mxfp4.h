@@ -10,9 +10,10 @@
 // Dequantisation W = E2M1 * 2^(s-127) is exact in fp32.
 #pragma once
 
+#include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 namespace deltafin {
 
@@ -25,13 +26,18 @@ inline constexpr uint8_t kMaxMxfp4Scale = 252;
 extern const float kE2m1Values[16];
 
 // 2^(s-127) as fp32, exact for every byte (s = 0 is the subnormal 2^-127; s = 255 is NaN per OCP).
-// Inline: the SIMD kernels call it once per 32-weight group.
-inline float E8m0ToF32(uint8_t s) {
-  const uint32_t bits = s == 0 ? 0x00400000u : s == 255 ? 0x7fc00000u : uint32_t{s} << 23;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+// constexpr: kE8m0AsF32 below is built from it.
+constexpr float E8m0ToF32(uint8_t s) {
+  return std::bit_cast<float>(s == 0 ? 0x00400000u : s == 255 ? 0x7fc00000u : uint32_t{s} << 23);
 }
+
+// E8m0ToF32 of every byte, for kernels that convert one scale per 32-weight group: one load
+// instead of two compares and a select on the decode path.
+inline constexpr std::array<float, 256> kE8m0AsF32 = [] {
+  std::array<float, 256> t{};
+  for (unsigned s = 0; s < 256; ++s) t[s] = E8m0ToF32(static_cast<uint8_t>(s));
+  return t;
+}();
 
 // Dequantises one row of `cols` elements into out[cols].
 void DequantizeMxfp4Row(const uint8_t* packed, const uint8_t* scales, size_t cols, float* out);
