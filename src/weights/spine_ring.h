@@ -79,11 +79,11 @@ class SpineRing final : public SpineSource, private IoQueue {
   // The layer as the model should see it; valid for the group acquired last and for pinned ones.
   const LayerWeights& layer(int64_t i) const override { return layers_[static_cast<size_t>(i)]; }
   const SpineMatrix& lm_head() const override { return lm_head_; }
-  // Layer i when it is already in RAM (pinned, or read and acquired-ready), else null. Does not
-  // wait: the post-attention router lookahead uses it to guess only when it costs no wait.
   // The embedding table stays mapped, not held in RAM, when the spine streams: a wave's rows would
   // each cost a page fault that reads in turn. Their readahead is started here, all at once.
   void WillReadEmbeddingRows(std::span<const int32_t> tokens) override;
+  // Layer i when it is already in RAM (pinned, or read and acquired-ready), else null. Does not
+  // wait: the post-attention router lookahead uses it to guess only when it costs no wait.
   const LayerWeights* ReadyLayer(int64_t i) override;
 
   int depth() const { return static_cast<int>(slots_.size()); }
