@@ -310,10 +310,61 @@ HWY_INLINE __m512 TreeOfSixteen(const __m512* x) {
   }
   return _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD));
 }
+#endif
 
-// out[k] = ReduceEvenOdd({even[k], odd[k]}) for k < kCount, 16 at a time (bit-identical).
-template <size_t kCount>
-HWY_INLINE void ReduceEvenOddMany(const VF* even, const VF* odd, float* out) {
+// Where a batch tile's dot products go: y[(t0 + t)·rows + r + i] for row i and vector t of the
+// tile, the dot itself or, with the row-int8 scales in `row_scales`, row_scales[r + i] · dot (the
+// scalar and the vector forms round the same single product).
+struct TileStore {
+  float* y;
+  int64_t rows, r, t0;
+  const float* row_scales;
+  HWY_INLINE void operator()(size_t i, size_t t, float dot) const {
+    const int64_t row = r + static_cast<int64_t>(i);
+    y[(t0 + static_cast<int64_t>(t)) * rows + row] =
+        row_scales == nullptr ? dot : row_scales[row] * dot;
+  }
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  // Lanes i < kR of `dots` are rows r + i of vector t: one masked store (and one multiply).
+  template <size_t kR>
+  HWY_INLINE void Rows(size_t t, __m512 dots) const {
+    const __mmask16 live = static_cast<__mmask16>((1u << kR) - 1u);
+    float* dst = y + (t0 + static_cast<int64_t>(t)) * rows + r;
+    if (row_scales != nullptr)
+      dots = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, row_scales + r), dots);
+    _mm512_mask_storeu_ps(dst, live, dots);
+  }
+#endif
+};
+
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// Where TreeOfSixteen leaves product k of a tile (k < 32; products 16..31 in the second sum,
+// selected by index bit 4 of a two-source permute): lane 4·(k % 4) + (k % 16) / 4.
+constexpr int32_t TreeLane(size_t k) {
+  return static_cast<int32_t>((k / 16) * 16 + 4 * (k % 4) + (k % 16) / 4);
+}
+
+// Permute indices gathering vector t's products (i·kT + t, i < kR) into lanes 0..kR-1.
+template <size_t kR, size_t kT>
+struct TreeGather {
+  alignas(64) int32_t idx[kT][16] = {};
+  constexpr TreeGather() {
+    for (size_t t = 0; t < kT; ++t) {
+      for (size_t i = 0; i < kR; ++i) idx[t][i] = TreeLane(i * kT + t);
+    }
+  }
+};
+
+// A tile's kR × kT products (even[i·kT + t], odd[i·kT + t]: their partials in the even/odd
+// layout, kR·kT <= 32), each reduced by the documented tree (TreeOfSixteen, 16 products per
+// pair of trees: bit-identical to ReduceEvenOdd), then permuted in registers into one vector per
+// activation vector and stored by store.Rows: no round trip through memory between the tree and
+// y (a 64-byte store read back as scalars stalled the tiles of short rows).
+template <size_t kR, size_t kT>
+HWY_INLINE void StoreDots(const VF* even, const VF* odd, const TileStore& store) {
+  constexpr size_t kCount = kR * kT;
+  static_assert(kCount <= 32 && kR <= 16, "a tile's products fit two trees");
+  __m512 sums[2];
   HWY_UNROLL(2)
   for (size_t k0 = 0; k0 < kCount; k0 += 16) {
     __m512 e[16], o[16];
@@ -322,32 +373,26 @@ HWY_INLINE void ReduceEvenOddMany(const VF* even, const VF* odd, float* out) {
       e[k] = k0 + k < kCount ? even[k0 + k].raw : _mm512_setzero_ps();
       o[k] = k0 + k < kCount ? odd[k0 + k].raw : _mm512_setzero_ps();
     }
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, _mm512_add_ps(TreeOfSixteen(e), TreeOfSixteen(o)));
-    HWY_UNROLL(16)
-    for (size_t k = 0; k < 16 && k0 + k < kCount; ++k) out[k0 + k] = lanes[4 * (k % 4) + k / 4];
+    sums[k0 / 16] = _mm512_add_ps(TreeOfSixteen(e), TreeOfSixteen(o));
+  }
+  static constexpr TreeGather<kR, kT> kGather;
+  HWY_UNROLL(8)
+  for (size_t t = 0; t < kT; ++t) {
+    const __m512i idx = _mm512_load_si512(kGather.idx[t]);
+    if constexpr (kCount <= 16) {
+      store.template Rows<kR>(t, _mm512_permutexvar_ps(idx, sums[0]));
+    } else {
+      store.template Rows<kR>(t, _mm512_permutex2var_ps(sums[0], idx, sums[1]));
+    }
   }
 }
 constexpr bool kReduceMany = true;
 #else
 // Declared only: the tiles call it under `if constexpr (kReduceMany)`.
-template <size_t kCount>
-void ReduceEvenOddMany(const VF* even, const VF* odd, float* out);
+template <size_t kR, size_t kT>
+void StoreDots(const VF* even, const VF* odd, const TileStore& store);
 constexpr bool kReduceMany = false;  // one product at a time (ReduceEvenOdd)
 #endif
-
-// A tile's kR × kT products (even[i·kT + t], odd[i·kT + t]: their partials in the even/odd
-// layout) reduced together (ReduceEvenOddMany) and passed to store(i, t, dot).
-template <size_t kR, size_t kT, class Store>
-HWY_INLINE void StoreDots(const VF* even, const VF* odd, const Store& store) {
-  float dots[kR * kT];
-  ReduceEvenOddMany<kR * kT>(even, odd, dots);
-  HWY_UNROLL(8)
-  for (size_t i = 0; i < kR; ++i) {
-    HWY_UNROLL(8)
-    for (size_t t = 0; t < kT; ++t) store(i, t, dots[i * kT + t]);
-  }
-}
 
 // kR weight rows (decoders dec[i], each bound to its row) × kT de-interleaved activation vectors
 // (xd + t·xstride), over blocks [b0, b1) of 32 columns and, if `tail`, the rows' zero-padded last
@@ -611,18 +656,18 @@ constexpr int64_t kXBlockBytes = 512 * 1024;
 // vector tile of the block uses them (their partials carried between column blocks).
 constexpr int64_t kColBlockBlocks = 1024 / kBlock;
 
-// Rows [r0, r1) of Y = X·Wᵀ for n vectors: y[v·rows + r] = finish(r, dot(row r, x_v)), each dot
-// in the order of kernels/matvec.h, so any row partition and any n give the same bits. Tiles of
-// kR rows × kT vectors (a single vector: kR1 rows × 1); leftover rows go one at a time, leftover
-// vectors in one narrower tile. make(dec, r) binds a decoder to row r.
+// Rows [r0, r1) of Y = X·Wᵀ for n vectors: y[v·rows + r] = dot(row r, x_v), times row_scales[r]
+// when row_scales is not null (row-int8), each dot in the order of kernels/matvec.h, so any row
+// partition and any n give the same bits. Tiles of kR rows × kT vectors (a single vector: kR1 rows
+// × 1); leftover rows go one at a time, leftover vectors in one narrower tile. make(dec, r) binds a
+// decoder to row r.
 //
 // Columns past `cols` up to the next multiple of 32 are +0 in both the decoders' padded last
 // block and x: their products +0·+0 leave every partial unchanged (a partial is never -0: it
 // starts at +0, and a sum that cancels exactly rounds to +0), so the padding is exact.
-template <size_t kR, size_t kT, size_t kR1, bool kHalves, class Decoder, class MakeDecoder,
-          class Finish>
+template <size_t kR, size_t kT, size_t kR1, bool kHalves, class Decoder, class MakeDecoder>
 HWY_INLINE void TiledRows(const MakeDecoder& make, int64_t rows, int64_t cols, const float* x,
-                          int64_t n, int64_t r0, int64_t r1, float* y, const Finish& finish) {
+                          int64_t n, int64_t r0, int64_t r1, float* y, const float* row_scales) {
   const int64_t padded = PaddedCols(cols);
   const int64_t full_blocks = cols / kBlock;
   const bool tail = full_blocks * kBlock < cols;
@@ -657,11 +702,8 @@ HWY_INLINE void TiledRows(const MakeDecoder& make, int64_t rows, int64_t cols, c
         const bool first = cb == 0, last = cb_end == blocks;
         const int64_t b1 = cb_end < full_blocks ? cb_end : full_blocks;
         const bool with_tail = last && tail;
-        int64_t t0 = 0;
-        const auto store = [&](size_t i, size_t t, float s) {
-          const int64_t row = r + static_cast<int64_t>(i);
-          yv[(t0 + static_cast<int64_t>(t)) * rows + row] = finish(row, s);
-        };
+        TileStore store{yv, rows, r, 0, row_scales};
+        int64_t& t0 = store.t0;
         const auto carry_at = [&](int64_t t) {
           return carry == nullptr ? nullptr : carry + t * static_cast<int64_t>(kRows) * kBlock;
         };

@@ -28,16 +28,15 @@ void Bf16RowsImpl(const uint16_t* w, int64_t rows, int64_t cols, const float* x,
   }
 #else
   const auto bind = [&](Bf16PairDecoder& dec, int64_t r) { dec.Bind(w, cols, r); };
-  const auto finish = [](int64_t, float s) { return s; };
   if constexpr (kHalvesTiles) {
     if (n >= kHalvesMinVectors) {
       TiledRows<kHalvesRows, kHalvesVecs, kTileRowsSingle, true, Bf16PairDecoder>(
-          bind, rows, cols, x, n, r0, r1, y, finish);
+          bind, rows, cols, x, n, r0, r1, y, nullptr);
       return;
     }
   }
   TiledRows<kTileRows, kTileVecs, kTileRowsSingle, false, Bf16PairDecoder>(bind, rows, cols, x, n,
-                                                                           r0, r1, y, finish);
+                                                                           r0, r1, y, nullptr);
 #endif
 }
 

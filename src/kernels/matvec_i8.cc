@@ -31,16 +31,15 @@ void I8RowsImpl(const int8_t* q, const float* scales, int64_t rows, int64_t cols
     return;
   }
   const auto bind = [&](I8PairDecoder& dec, int64_t r) { dec.Bind(q, cols, r); };
-  const auto finish = [scales](int64_t r, float s) { return scales[r] * s; };
   if constexpr (kHalvesTiles) {
     if (n >= kHalvesMinVectors) {
       TiledRows<kHalvesRows, kHalvesVecs, kTileRowsSingle, true, I8PairDecoder>(
-          bind, rows, cols, x, n, r0, r1, y, finish);
+          bind, rows, cols, x, n, r0, r1, y, scales);
       return;
     }
   }
   TiledRows<kTileRows, kTileVecs, kTileRowsSingle, false, I8PairDecoder>(bind, rows, cols, x, n, r0,
-                                                                         r1, y, finish);
+                                                                         r1, y, scales);
 #endif
 }
 

@@ -327,7 +327,7 @@ void Mxfp4RowsImpl(const uint8_t* packed, const uint8_t* scales, int64_t rows, i
   if (n >= 16 || (n >= 4 && cols <= 1024)) {
     TiledRows<kTileRows, kTileVecs, kTileRowsSingle, false, Mxfp4PairDecoder>(
         [&](Mxfp4PairDecoder& dec, int64_t r) { dec.Bind(packed, scales, cols, r); }, rows, cols, x,
-        n, r0, r1, y, [](int64_t, float s) { return s; });
+        n, r0, r1, y, nullptr);
     return;
   }
   if (cols <= kMaxDeinterleavedFloats) {
