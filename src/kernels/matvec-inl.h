@@ -730,6 +730,7 @@ HWY_INLINE void TiledRows(const MakeDecoder& make, int64_t rows, int64_t cols, c
           float* base = wbuf + static_cast<int64_t>(i) * kColBlockBlocks * kBlock;
           fdec[i] = {base, cb};
           for (int64_t b = cb; b < b1 + (with_tail ? 1 : 0); ++b) {
+            if constexpr (requires { dec[i].Prefetch(b); }) dec[i].Prefetch(b);
             HWY_UNROLL(4)
             for (size_t j = 0; j < kPairs; ++j) {
               VF e, o;
@@ -839,6 +840,17 @@ struct Mxfp4PairDecoder {
   HWY_INLINE void Bind(const uint8_t* packed, const uint8_t* scales, int64_t cols, int64_t r) {
     prow = packed + r * (cols / 2);
     srow = scales + r * (cols / kBlock);
+  }
+  // The predecode (TiledRows) asks for the bytes kPrefetchBytes past group b's, one cache line of
+  // packed codes per 4 groups and of scales per 64: the hardware prefetcher alone left the decode
+  // waiting on memory at every row tile of a cold expert (a matrix is read once per call).
+  static constexpr int64_t kPrefetchBytes = 4096;
+  HWY_INLINE void Prefetch(int64_t b) const {
+    if ((b & 3) != 0) return;
+    _mm_prefetch(reinterpret_cast<const char*>(prow + b * 16 + kPrefetchBytes), _MM_HINT_T0);
+    if ((b & 63) == 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(srow + b + kPrefetchBytes / 16), _MM_HINT_T0);
+    }
   }
   template <bool kTail>
   HWY_INLINE void Pair(int64_t b, size_t, VF& even, VF& odd) const {
