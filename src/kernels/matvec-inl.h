@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "base/aligned_buffer.h"
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "quant/mxfp4.h"
 
@@ -421,6 +422,9 @@ HWY_INLINE void TileKernel(const Decoder* dec, int64_t b0, int64_t b1, bool tail
     }
   }
   const auto block = [&]<bool kTail>(int64_t b) HWY_ATTR {
+    if constexpr (requires { dec[0].StreamAhead(b); }) {
+      for (size_t i = 0; i < kR; ++i) dec[i].StreamAhead(b);
+    }
     HWY_UNROLL(4)
     for (size_t j = 0; j < kPairs; ++j) {
       VF we[kR], wo[kR];
@@ -504,6 +508,9 @@ HWY_INLINE void TileKernelHalves(const Decoder* dec, int64_t b0, int64_t b1, boo
       }
     }
     const auto block = [&]<bool kTail>(int64_t b) HWY_ATTR {
+      if constexpr (kOdd == 0 && requires { dec[0].StreamAhead(b); }) {
+        for (size_t i = 0; i < kR; ++i) dec[i].StreamAhead(b);
+      }
       HWY_UNROLL(4)
       for (size_t j = 0; j < kPairs; ++j) {
         VF w[kR];
@@ -769,6 +776,12 @@ struct Bf16PairDecoder {
   const uint16_t* row = nullptr;
   alignas(64) uint16_t pad[kBlock] = {};  // the last, partial block, zero-padded
 
+  // The tiles ask for the weights one column block ahead of block b (the same columns of the next
+  // block TiledRows gives them) while they compute on this one: measured on K3's 7168-wide rows,
+  // prefetching half a column block or two ahead was 5-6 points of the peak slower, as was none.
+  HWY_INLINE void StreamAhead(int64_t b) const {
+    hwy::Prefetch(row + (b + kColBlockBlocks) * kBlock);
+  }
   HWY_INLINE void Bind(const uint16_t* w, int64_t cols, int64_t r) {
     row = w + r * cols;
     const int64_t full = cols / kBlock * kBlock;
@@ -803,6 +816,9 @@ struct I8PairDecoder {
   const int8_t* row = nullptr;
   alignas(64) int8_t pad[kBlock] = {};
 
+  HWY_INLINE void StreamAhead(int64_t b) const {  // as Bf16PairDecoder's
+    hwy::Prefetch(row + (b + kColBlockBlocks) * kBlock);
+  }
   HWY_INLINE void Bind(const int8_t* q, int64_t cols, int64_t r) {
     row = q + r * cols;
     const int64_t full = cols / kBlock * kBlock;
