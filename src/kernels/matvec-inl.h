@@ -422,9 +422,6 @@ HWY_INLINE void TileKernel(const Decoder* dec, int64_t b0, int64_t b1, bool tail
     }
   }
   const auto block = [&]<bool kTail>(int64_t b) HWY_ATTR {
-    if constexpr (requires { dec[0].StreamAhead(b); }) {
-      for (size_t i = 0; i < kR; ++i) dec[i].StreamAhead(b);
-    }
     HWY_UNROLL(4)
     for (size_t j = 0; j < kPairs; ++j) {
       VF we[kR], wo[kR];
@@ -776,9 +773,11 @@ struct Bf16PairDecoder {
   const uint16_t* row = nullptr;
   alignas(64) uint16_t pad[kBlock] = {};  // the last, partial block, zero-padded
 
-  // The tiles ask for the weights one column block ahead of block b (the same columns of the next
-  // block TiledRows gives them) while they compute on this one: measured on K3's 7168-wide rows,
-  // prefetching half a column block or two ahead was 5-6 points of the peak slower, as was none.
+  // The two-pass tiles (TileKernelHalves) ask for the weights one column block ahead of block b
+  // (the same columns of the next block TiledRows gives them) while they compute on this one:
+  // measured on K3's 7168-wide rows, prefetching half a column block or two ahead was 5-6 points
+  // of the peak slower, as was none. (In the one-pass tiles, whose registers are all taken, it
+  // cost int8 at 8 vectors a third of its speed.)
   HWY_INLINE void StreamAhead(int64_t b) const {
     hwy::Prefetch(row + (b + kColBlockBlocks) * kBlock);
   }
