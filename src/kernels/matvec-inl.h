@@ -7,7 +7,7 @@
 // tile, the partials held as even/odd column pairs, activations and columns blocked for the
 // caches; on AVX-512 BF16 and int8 batches take the even and the odd partials in two passes, and
 // the trees of 16 dot products are reduced at once); docs/PERFORMANCE.md "Batched kernels at the
-// multiply-add roof" and "Batched kernels in two passes" describe the design.
+// multiply-add roof", "Batched kernels in two passes" and "Short rows' tiles" describe the design.
 //
 // Included by the kernel TUs after hwy/foreach_target.h, so it has Highway's per-target include
 // guard instead of #pragma once. Not compiled for HWY_SCALAR: there the TUs call the references.
@@ -395,6 +395,18 @@ void StoreDots(const VF* even, const VF* odd, const TileStore& store);
 constexpr bool kReduceMany = false;  // one product at a time (ReduceEvenOdd)
 #endif
 
+// Decoders that prefetch their row ahead do so here: the on-the-fly ones in the two-pass tiles
+// (StreamAhead), the fp32 predecode's (Prefetch); the others do nothing. (A function of its own:
+// clang 14 checks a discarded `if constexpr` branch inside the tiles' generic lambdas.)
+template <class Decoder>
+HWY_INLINE void StreamAheadIfAny(const Decoder& d, int64_t b) {
+  if constexpr (requires { d.StreamAhead(b); }) d.StreamAhead(b);
+}
+template <class Decoder>
+HWY_INLINE void PrefetchIfAny(const Decoder& d, int64_t b) {
+  if constexpr (requires { d.Prefetch(b); }) d.Prefetch(b);
+}
+
 // kR weight rows (decoders dec[i], each bound to its row) × kT de-interleaved activation vectors
 // (xd + t·xstride), over blocks [b0, b1) of 32 columns and, if `tail`, the rows' zero-padded last
 // block. Decoder::Pair<kTail>(b, j, even, odd) decodes chunk j of block b. Each weight chunk is
@@ -505,8 +517,8 @@ HWY_INLINE void TileKernelHalves(const Decoder* dec, int64_t b0, int64_t b1, boo
       }
     }
     const auto block = [&]<bool kTail>(int64_t b) HWY_ATTR {
-      if constexpr (kOdd == 0 && requires { dec[0].StreamAhead(b); }) {
-        for (size_t i = 0; i < kR; ++i) dec[i].StreamAhead(b);
+      if constexpr (kOdd == 0) {
+        for (size_t i = 0; i < kR; ++i) StreamAheadIfAny(dec[i], b);
       }
       HWY_UNROLL(4)
       for (size_t j = 0; j < kPairs; ++j) {
@@ -734,7 +746,7 @@ HWY_INLINE void TiledRows(const MakeDecoder& make, int64_t rows, int64_t cols, c
           float* base = wbuf + static_cast<int64_t>(i) * kColBlockBlocks * kBlock;
           fdec[i] = {base, cb};
           for (int64_t b = cb; b < b1 + (with_tail ? 1 : 0); ++b) {
-            if constexpr (requires { dec[i].Prefetch(b); }) dec[i].Prefetch(b);
+            PrefetchIfAny(dec[i], b);
             HWY_UNROLL(4)
             for (size_t j = 0; j < kPairs; ++j) {
               VF e, o;
