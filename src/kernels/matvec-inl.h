@@ -395,16 +395,13 @@ void StoreDots(const VF* even, const VF* odd, const TileStore& store);
 constexpr bool kReduceMany = false;  // one product at a time (ReduceEvenOdd)
 #endif
 
-// Decoders that prefetch their row ahead do so here: the on-the-fly ones in the two-pass tiles
-// (StreamAhead), the fp32 predecode's (Prefetch); the others do nothing. (A function of its own:
-// clang 14 checks a discarded `if constexpr` branch inside the tiles' generic lambdas.)
+// A decoder with PrefetchAhead(b) starts loading weights it will decode some way past block b:
+// BF16 and int8 from the two-pass tiles (they decode on the fly), MXFP4 from TiledRows' fp32
+// predecode (the only decoder that predecodes). Others do nothing. (A function of its own: clang
+// 14 checks a discarded `if constexpr` branch inside the tiles' generic lambdas.)
 template <class Decoder>
-HWY_INLINE void StreamAheadIfAny(const Decoder& d, int64_t b) {
-  if constexpr (requires { d.StreamAhead(b); }) d.StreamAhead(b);
-}
-template <class Decoder>
-HWY_INLINE void PrefetchIfAny(const Decoder& d, int64_t b) {
-  if constexpr (requires { d.Prefetch(b); }) d.Prefetch(b);
+HWY_INLINE void PrefetchAheadIfAny(const Decoder& d, int64_t b) {
+  if constexpr (requires { d.PrefetchAhead(b); }) d.PrefetchAhead(b);
 }
 
 // kR weight rows (decoders dec[i], each bound to its row) × kT de-interleaved activation vectors
@@ -518,7 +515,7 @@ HWY_INLINE void TileKernelHalves(const Decoder* dec, int64_t b0, int64_t b1, boo
     }
     const auto block = [&]<bool kTail>(int64_t b) HWY_ATTR {
       if constexpr (kOdd == 0) {
-        for (size_t i = 0; i < kR; ++i) StreamAheadIfAny(dec[i], b);
+        for (size_t i = 0; i < kR; ++i) PrefetchAheadIfAny(dec[i], b);
       }
       HWY_UNROLL(4)
       for (size_t j = 0; j < kPairs; ++j) {
@@ -718,6 +715,8 @@ HWY_INLINE void TiledRows(const MakeDecoder& make, int64_t rows, int64_t cols, c
         const bool first = cb == 0, last = cb_end == blocks;
         const int64_t b1 = cb_end < full_blocks ? cb_end : full_blocks;
         const bool with_tail = last && tail;
+        // One store whose t0 the vector tiles advance: a TileStore built per tile call measured
+        // 3-5 points of the peak slower at 6 vectors (bench MXFP4 rows).
         TileStore store{yv, rows, r, 0, row_scales};
         int64_t& t0 = store.t0;
         const auto carry_at = [&](int64_t t) {
@@ -746,7 +745,7 @@ HWY_INLINE void TiledRows(const MakeDecoder& make, int64_t rows, int64_t cols, c
           float* base = wbuf + static_cast<int64_t>(i) * kColBlockBlocks * kBlock;
           fdec[i] = {base, cb};
           for (int64_t b = cb; b < b1 + (with_tail ? 1 : 0); ++b) {
-            PrefetchIfAny(dec[i], b);
+            PrefetchAheadIfAny(dec[i], b);
             HWY_UNROLL(4)
             for (size_t j = 0; j < kPairs; ++j) {
               VF e, o;
@@ -790,7 +789,7 @@ struct Bf16PairDecoder {
   // measured on K3's 7168-wide rows, prefetching half a column block or two ahead was 5-6 points
   // of the peak slower, as was none. (In the one-pass tiles, whose registers are all taken, it
   // cost int8 at 8 vectors a third of its speed.)
-  HWY_INLINE void StreamAhead(int64_t b) const {
+  HWY_INLINE void PrefetchAhead(int64_t b) const {
     hwy::Prefetch(row + (b + kColBlockBlocks) * kBlock);
   }
   HWY_INLINE void Bind(const uint16_t* w, int64_t cols, int64_t r) {
@@ -827,7 +826,7 @@ struct I8PairDecoder {
   const int8_t* row = nullptr;
   alignas(64) int8_t pad[kBlock] = {};
 
-  HWY_INLINE void StreamAhead(int64_t b) const {  // as Bf16PairDecoder's
+  HWY_INLINE void PrefetchAhead(int64_t b) const {  // as Bf16PairDecoder's
     hwy::Prefetch(row + (b + kColBlockBlocks) * kBlock);
   }
   HWY_INLINE void Bind(const int8_t* q, int64_t cols, int64_t r) {
@@ -872,12 +871,10 @@ struct Mxfp4PairDecoder {
   // packed codes per 4 groups and of scales per 64: the hardware prefetcher alone left the decode
   // waiting on memory at every row tile of a cold expert (a matrix is read once per call).
   static constexpr int64_t kPrefetchBytes = 4096;
-  HWY_INLINE void Prefetch(int64_t b) const {
+  HWY_INLINE void PrefetchAhead(int64_t b) const {
     if ((b & 3) != 0) return;
-    _mm_prefetch(reinterpret_cast<const char*>(prow + b * 16 + kPrefetchBytes), _MM_HINT_T0);
-    if ((b & 63) == 0) {
-      _mm_prefetch(reinterpret_cast<const char*>(srow + b + kPrefetchBytes / 16), _MM_HINT_T0);
-    }
+    hwy::Prefetch(prow + b * 16 + kPrefetchBytes);
+    if ((b & 63) == 0) hwy::Prefetch(srow + b + kPrefetchBytes / 16);
   }
   template <bool kTail>
   HWY_INLINE void Pair(int64_t b, size_t, VF& even, VF& odd) const {

@@ -76,7 +76,7 @@ void F32RowsImpl(const float* w, int64_t rows, int64_t cols, const float* x, int
       for (int k = count; k < 16; ++k) sums[k] = _mm512_setzero_ps();
       alignas(64) float lanes[16];
       _mm512_store_ps(lanes, TreeOfSixteen(sums));
-      for (int k = 0; k < count; ++k) y[out_at[k]] = lanes[4 * (k % 4) + k / 4];
+      for (int k = 0; k < count; ++k) y[out_at[k]] = lanes[TreeLane(static_cast<size_t>(k))];
       count = 0;
     };
     const auto collect = [&]<size_t kT>(const F32Decoder& dec, int64_t r, int64_t v) HWY_ATTR {
