@@ -4,6 +4,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/dispatch.h"
+#include "kernels/ref/activation_ref.h"
 
 namespace deltafin::kernels {
 
@@ -17,5 +18,22 @@ void SituInPlace(float* gate, const float* up, int64_t n, float beta, float line
     fn(gate + i0, up + i0, i1 - i0, beta, linear_beta);
   });
 }
+
+namespace {
+void SplitOverPool(internal::GateFn fn, float* x, int64_t n) {
+  if (n < 2 * kMinElementsPerPart) {
+    fn(x, n);
+    return;
+  }
+  DefaultPool().ParallelRanges(n, kMinElementsPerPart,
+                               [&](int64_t i0, int64_t i1) { fn(x + i0, i1 - i0); });
+}
+}  // namespace
+
+void ExpInPlace(float* x, int64_t n) { SplitOverPool(internal::ChooseExp(), x, n); }
+void SigmoidInPlace(float* x, int64_t n) { SplitOverPool(internal::ChooseSigmoid(), x, n); }
+void SiluInPlace(float* x, int64_t n) { SplitOverPool(internal::ChooseSilu(), x, n); }
+float Sigmoid(float x) { return ref::Sigmoid(x); }
+void SoftmaxInPlace(float* x, int64_t n) { internal::ChooseSoftmax()(x, n); }
 
 }  // namespace deltafin::kernels

@@ -22,4 +22,23 @@ namespace deltafin::kernels {
 // over the default pool (elementwise, so any split gives the same bits).
 void SituInPlace(float* gate, const float* up, int64_t n, float beta, float linear_beta);
 
+// Gates and softmax: the router's sigmoid scores, the KDA convolutions' SiLU and decay, the MLA and
+// KDA output gates, attention softmax. A 2,048-position wave evaluates about a billion of these, so
+// they are kernels with the engine's own exp too (the C library's cost about 5 % of a wave as
+// scalar calls), with the same guarantee: bit-identical on every target and thread count.
+//   Exp(x)     = the engine's exp on [−87, 87]; +0 below, +inf above, NaN for NaN
+//   Sigmoid(x) = 1 / (1 + Exp(−x))
+//   Silu(x)    = x · Sigmoid(x)
+// In place over x[0, n); large n splits over the default pool (element-wise: same bits).
+void ExpInPlace(float* x, int64_t n);
+void SigmoidInPlace(float* x, int64_t n);
+void SiluInPlace(float* x, int64_t n);
+// One value (scalar callers: a head's beta), the same bits as SigmoidInPlace.
+float Sigmoid(float x);
+
+// x[i] = Exp(x[i] − m) / s: m the largest non-NaN element, s the sum of the Exp values in the
+// summation order of kernels/matvec.h (element i into partial i % 32, then the balanced tree), each
+// element then multiplied by 1/s. One row on the calling thread (callers run rows side by side).
+void SoftmaxInPlace(float* x, int64_t n);
+
 }  // namespace deltafin::kernels

@@ -11,7 +11,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 // Must come after foreach_target.h.
 #include "hwy/highway.h"
-#include "kernels/activation_constants.h"
+#include "kernels/activation-inl.h"
 #include "kernels/dispatch.h"
 #include "kernels/ref/activation_ref.h"
 
@@ -19,49 +19,6 @@ HWY_BEFORE_NAMESPACE();
 namespace deltafin::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-#if HWY_TARGET != HWY_SCALAR
-using D = hn::ScalableTag<float>;
-using V = hn::Vec<D>;
-
-V ExpVec(D d, V x) {
-  using namespace activation;  // NOLINT(google-build-using-namespace)
-  x = hn::Min(hn::Max(x, hn::Set(d, kExpMin)), hn::Set(d, kExpMax));
-  const V magic = hn::Set(d, kRoundMagic);
-  const V n = hn::Sub(hn::Add(hn::Mul(x, hn::Set(d, kLog2E)), magic), magic);
-  V r = hn::MulAdd(n, hn::Set(d, kMinusLn2Hi), x);
-  r = hn::MulAdd(n, hn::Set(d, kMinusLn2Lo), r);
-  V p = hn::Set(d, kExpC7);
-  p = hn::MulAdd(p, r, hn::Set(d, kExpC6));
-  p = hn::MulAdd(p, r, hn::Set(d, kExpC5));
-  p = hn::MulAdd(p, r, hn::Set(d, kExpC4));
-  p = hn::MulAdd(p, r, hn::Set(d, kExpC3));
-  p = hn::MulAdd(p, r, hn::Set(d, kExpC2));
-  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
-  p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
-  const hn::RebindToSigned<D> di;
-  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
-  return hn::Mul(p, hn::BitCast(d, bits));
-}
-
-V TanhVec(D d, V x) {
-  using namespace activation;  // NOLINT(google-build-using-namespace)
-  const V a = hn::Abs(x);
-  const V s = hn::Mul(x, x);
-  V q = hn::Set(d, kTanhQ5);
-  q = hn::MulAdd(q, s, hn::Set(d, kTanhQ4));
-  q = hn::MulAdd(q, s, hn::Set(d, kTanhQ3));
-  q = hn::MulAdd(q, s, hn::Set(d, kTanhQ2));
-  q = hn::MulAdd(q, s, hn::Set(d, kTanhQ1));
-  q = hn::MulAdd(q, s, hn::Set(d, kTanhQ0));
-  const V small = hn::MulAdd(hn::Mul(x, s), q, x);
-  const V one = hn::Set(d, 1.0f);
-  const V e = ExpVec(d, hn::Mul(hn::Set(d, 2.0f), hn::Min(a, hn::Set(d, kTanhSaturate))));
-  const V t = hn::Sub(one, hn::Div(hn::Set(d, 2.0f), hn::Add(e, one)));
-  const V large = hn::IfThenElse(hn::Lt(x, hn::Zero(d)), hn::Neg(t), t);
-  return hn::IfThenElse(hn::Lt(a, hn::Set(d, kTanhSmall)), small, large);
-}
-#endif
 
 void SituImpl(float* gate, const float* up, int64_t n, float beta, float linear_beta) {
   int64_t i = 0;

@@ -37,6 +37,12 @@ MatTVecBf16Fn ChooseMatTVecBf16();
 Mxfp4RowsFn ChooseMxfp4Rows();
 I8RowsFn ChooseI8Rows();
 SituFn ChooseSitu();
+// x[i] = f(x[i]) in place, or the softmax of x[0, n) (kernels/activation.h).
+using GateFn = void (*)(float* x, int64_t n);
+GateFn ChooseExp();
+GateFn ChooseSigmoid();
+GateFn ChooseSilu();
+GateFn ChooseSoftmax();
 // The KDA state step (kernels/kda_state.h); out == nullptr: update only.
 using KdaStepFn = void (*)(float* S, const float* g, const float* k, const float* v, float beta,
                            const float* q, int64_t dim, float* delta, float* out);

@@ -4,7 +4,9 @@
 #include <cstring>
 
 #include "base/thread_pool.h"
+#include "kernels/activation.h"
 #include "kernels/kda_state.h"
+#include "kernels/matvec.h"
 #include "model/linear.h"
 #include "model/ops.h"
 
@@ -35,8 +37,9 @@ void ConvStep(const float* weight, int64_t width, int64_t kernel, float* history
     float acc = 0.0f;
     for (int64_t j = 0; j < kernel - 1; ++j) acc += wc[j] * history[j * width + ch];
     acc += wc[kernel - 1] * scratch_raw[ch];
-    cur[ch] = Silu(acc);
+    cur[ch] = acc;
   }
+  kernels::SiluInPlace(cur + c0, c1 - c0);
   // Shift: drop the oldest row, append the raw current projection.
   for (int64_t j = 0; j + 2 < kernel; ++j) {
     std::memcpy(history + j * width + c0, history + (j + 1) * width + c0, bytes);
@@ -45,8 +48,7 @@ void ConvStep(const float* weight, int64_t width, int64_t kernel, float* history
 }
 
 void L2Normalize(float* u, int64_t n, float scale) {
-  float sum_sq = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum_sq += u[i] * u[i];
+  const float sum_sq = kernels::DotF32(u, u, n);
   const float inv = scale / std::sqrt(sum_sq + kL2NormEps);
   for (int64_t i = 0; i < n; ++i) u[i] *= inv;
 }
@@ -207,28 +209,38 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
   }
   Charge(timer, OpFamily::kKdaConv);
 
-  // 2. The recurrence. Heads never mix, so each head steps through the n positions on its own:
+  // 2. The gates of every position, element-wise (vector kernels over the whole wave): the
+  // log-decay g = lower_bound·σ(exp(A_log[h])·(f + dt_bias)), one A per head (docs/MODEL.md §4.4),
+  // turned into the decay factor exp(g); and the output gate σ(g_proj·x).
+  for (int64_t t = 0; t < n; ++t) {
+    float* g = s->decay.data() + t * p;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float a = w.a_exp[static_cast<size_t>(h)];
+      for (int64_t d = h * dim; d < (h + 1) * dim; ++d) g[d] = a * (g[d] + w.dt_bias[d]);
+    }
+  }
+  kernels::SigmoidInPlace(s->decay.data(), n * p);
+  for (int64_t i = 0; i < n * p; ++i) s->decay[static_cast<size_t>(i)] *= c.gate_lower_bound;
+  kernels::ExpInPlace(s->decay.data(), n * p);
+  kernels::SigmoidInPlace(s->gate.data(), n * p);
+  Charge(timer, OpFamily::kKdaRecurrence);
+
+  // 3. The recurrence. Heads never mix, so each head steps through the n positions on its own:
   // a wave's heads are spread over the threads (one hand-off per layer, not per position), each
   // head's arithmetic unchanged, so the state and outputs are the same bit for bit. A decode step
   // or a short verify pass stays on the calling thread.
   const auto step_heads = [&](int64_t h0, int64_t h1) {
     for (int64_t h = h0; h < h1; ++h) {
       float* S = state->recurrent.data() + h * dim * dim;  // S[k][v]
-      const float a = w.a_exp[static_cast<size_t>(h)];
       for (int64_t t = 0; t < n; ++t) {
         float* qh = s->q.data() + t * p + h * dim;
         float* kh = s->k.data() + t * p + h * dim;
         const float* vh = s->v.data() + t * p + h * dim;
-        float* gh = s->decay.data() + t * p + h * dim;
+        const float* gh = s->decay.data() + t * p + h * dim;  // exp(g), step 2
         float* oh = s->out.data() + t * p + h * dim;
         L2Normalize(qh, dim, q_scale);
         L2Normalize(kh, dim, 1.0f);
-        const float beta = Sigmoid(s->beta[static_cast<size_t>(t * heads + h)]);
-        // Log-decay g = lower_bound·σ(exp(A_log[h])·(f + dt_bias)), one A per head
-        // (docs/MODEL.md §4.4).
-        for (int64_t d = 0; d < dim; ++d) {
-          gh[d] = std::exp(c.gate_lower_bound * Sigmoid(a * (gh[d] + w.dt_bias[h * dim + d])));
-        }
+        const float beta = kernels::Sigmoid(s->beta[static_cast<size_t>(t * heads + h)]);
         if (replaying) {
           float* replay = rollback->inputs.data() + t * (3 * p + heads);
           std::memcpy(replay + h * dim, kh, static_cast<size_t>(dim) * sizeof(float));
@@ -240,8 +252,8 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
         kernels::KdaUpdateRead(S, gh, kh, vh, beta, qh, dim, s->window.data() + h * dim, oh);
         // Per-head RMSNorm (shared weight) before the sigmoid output gate.
         RmsNorm(oh, w.o_norm, dim, c.rms_norm_eps, oh);
-        const float* gate = s->gate.data() + t * p + h * dim;
-        for (int64_t d = 0; d < dim; ++d) oh[d] *= Sigmoid(gate[d]);
+        const float* gate = s->gate.data() + t * p + h * dim;  // σ already (step 2)
+        for (int64_t d = 0; d < dim; ++d) oh[d] *= gate[d];
         // Snapshot rollback: the state after each row but the last (this head's part of it).
         if (snapshots && t + 1 < n) {
           const size_t floats = state->recurrent.size();

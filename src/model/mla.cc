@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/thread_pool.h"
+#include "kernels/activation.h"
 #include "kernels/matvec.h"
 #include "model/linear.h"
 #include "model/ops.h"
@@ -86,15 +87,15 @@ void AttendPosition(const ModelConfig& c, const MlaWeights& w, const MlaCache& c
       for (int64_t i = 0; i < m; ++i) sh[i] = (sh[i] + ph[i]) * scale;
     }
   }
-  for (int64_t h = 0; h < heads; ++h) SoftmaxInPlace(scores + h * visible, visible);
+  for (int64_t h = 0; h < heads; ++h) kernels::SoftmaxInPlace(scores + h * visible, visible);
   kernels::MatTMulF32(cache.latent.data(), visible, lora, scores, heads, ctx);
   float* o = s->out.data() + t * heads * vdim;
   for (int64_t h = 0; h < heads; ++h) {
     const uint16_t* w_uv = w.kv_b_proj.data + (h * row_stride + nope) * lora;  // [v, lora]
     float* oh = o + h * vdim;
     kernels::MatVecBf16(w_uv, vdim, lora, ctx + h * lora, oh);
-    const float* gate = s->gate.data() + t * heads * vdim + h * vdim;
-    for (int64_t d = 0; d < vdim; ++d) oh[d] *= Sigmoid(gate[d]);
+    const float* gate = s->gate.data() + t * heads * vdim + h * vdim;  // σ(g_proj·x) already
+    for (int64_t d = 0; d < vdim; ++d) oh[d] *= gate[d];
   }
 }
 
@@ -116,6 +117,7 @@ Status MlaForward(const ModelConfig& c, const MlaWeights& w, const float* x, int
   Linear(w.q_b_proj, s->q_low.data(), n, s->q.data());
   Linear(w.kv_a_proj, x, n, s->kv.data());
   Linear(w.g_proj, x, n, s->gate.data());
+  kernels::SigmoidInPlace(s->gate.data(), n * c.mla_heads * c.v_head_dim);  // the output gate
 
   // Append all n positions first: position t attends to cache[0 .. start+t] (causal).
   const int64_t start = cache->length;

@@ -1,16 +1,14 @@
 #include "model/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "kernels/activation.h"
 #include "kernels/matvec.h"
 #include "weights/config.h"
 
 namespace deltafin {
-
-float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-
-float Silu(float x) { return x * Sigmoid(x); }
 
 void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out) {
   const float mean_sq = kernels::DotF32(x, x, n) / static_cast<float>(n);
@@ -19,18 +17,6 @@ void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out) {
     const float normed = x[i] * inv;  // normalise first, then weight (reference order)
     out[i] = w ? w[i] * normed : normed;
   }
-}
-
-void SoftmaxInPlace(float* x, int64_t n) {
-  float max_v = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < n; ++i) max_v = std::fmax(max_v, x[i]);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - max_v);
-    sum += x[i];
-  }
-  const float inv = 1.0f / sum;
-  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
 void AttnResMix(const float* const* sources, int64_t n_sources, const float* query, int64_t width,
@@ -57,7 +43,7 @@ void AttnResMix(const float* const* sources, int64_t n_sources, const float* que
     }
     scores[j] = p[0];
   }
-  SoftmaxInPlace(scores, n_sources);
+  kernels::SoftmaxInPlace(scores, n_sources);
   for (int64_t d = 0; d < width; ++d) out[d] = 0.0f;
   for (int64_t j = 0; j < n_sources; ++j) {
     const float a = scores[j];
@@ -74,10 +60,9 @@ void Route(const RouterConfig& rc, const float* logits, const float* correction_
   float* selection = scratch + n;  // [n] scores + bias (for choosing); -inf = not eligible
   float* group_scores = scratch + 2 * n;
   constexpr float kIneligible = -std::numeric_limits<float>::infinity();
-  for (int64_t e = 0; e < n; ++e) {
-    scores[e] = Sigmoid(logits[e]);
-    selection[e] = scores[e] + correction_bias[e];
-  }
+  std::copy(logits, logits + n, scores);
+  kernels::SigmoidInPlace(scores, n);
+  for (int64_t e = 0; e < n; ++e) selection[e] = scores[e] + correction_bias[e];
   if (rc.num_groups > 1 && rc.num_groups > rc.topk_groups) {
     const int64_t per_group = n / rc.num_groups;
     for (int64_t g = 0; g < rc.num_groups; ++g) {

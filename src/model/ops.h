@@ -7,17 +7,14 @@
 
 namespace deltafin {
 
-float Sigmoid(float x);
-float Silu(float x);
+// Sigmoid, SiLU, exp and softmax are kernels (kernels/activation.h): the engine's own exp,
+// vectorised, the same bits on every CPU.
 
 // out = w ⊙ (x / sqrt(mean(x²) + eps)); statistics in fp32. `w` may be null (no weight).
 // In-place (out == x) is allowed.
 void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out);
 
 // SiTU is a kernel (kernels/activation.h): a wave applies it to every FFN's whole rows.
-
-// Numerically safe in-place softmax (max-subtracted, fp32).
-void SoftmaxInPlace(float* x, int64_t n);
 
 // Block Attention Residuals mix (docs/MODEL.md §4.3): sources[j] are n_sources vectors of width
 // `width` (the running partial last); score_j = Σ_d rms_normalise(v_j)[d]·query[d]; α =

@@ -146,7 +146,7 @@ std::vector<int32_t> RouteByPasses(const RouterConfig& rc, const std::vector<flo
   std::vector<float> selection(static_cast<size_t>(n));
   for (int64_t e = 0; e < n; ++e) {
     selection[static_cast<size_t>(e)] =
-        1.0f / (1.0f + std::exp(-logits[static_cast<size_t>(e)])) + bias[static_cast<size_t>(e)];
+        kernels::ref::Sigmoid(logits[static_cast<size_t>(e)]) + bias[static_cast<size_t>(e)];
   }
   std::vector<bool> allowed(static_cast<size_t>(n), true);
   if (rc.num_groups > 1 && rc.num_groups > rc.topk_groups) {
@@ -218,10 +218,10 @@ TEST(Router, OnePassChoosesWhatKPassesChoose) {
       const auto want = RouteByPasses(rc, logits, bias);
       ASSERT_EQ(ids, want) << "n=" << n << " k=" << k << " seed=" << seed;
       float sum = 0.0f;
-      for (int32_t id : want) sum += 1.0f / (1.0f + std::exp(-logits[static_cast<size_t>(id)]));
+      for (int32_t id : want) sum += kernels::ref::Sigmoid(logits[static_cast<size_t>(id)]);
       for (int64_t i = 0; i < k; ++i) {
         const float raw =
-            1.0f / (1.0f + std::exp(-logits[static_cast<size_t>(want[static_cast<size_t>(i)])]));
+            kernels::ref::Sigmoid(logits[static_cast<size_t>(want[static_cast<size_t>(i)])]);
         EXPECT_EQ(weights[static_cast<size_t>(i)], raw / (sum + 1e-20f) * 2.5f);
       }
     }

@@ -440,6 +440,99 @@ TEST_P(KernelsTest, SituMatchesReference) {
   }
 }
 
+// Bit for bit, -0 against +0 and NaN against NaN included.
+void ExpectSameBits(const std::vector<float>& want, const std::vector<float>& got,
+                    const std::string& what) {
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    uint32_t a = 0, b = 0;
+    std::memcpy(&a, &want[i], sizeof a);
+    std::memcpy(&b, &got[i], sizeof b);
+    if (std::isnan(want[i]) && std::isnan(got[i])) continue;  // NaN payloads may differ
+    ASSERT_EQ(a, b) << what << " element " << i << ": want " << want[i] << " got " << got[i];
+  }
+}
+
+// Exp, Sigmoid and SiLU in place against their scalar references, over every lane position and
+// tail (lengths 0..70), long rows split over the pool, and the special values (±0, ±inf, NaN,
+// subnormals, both clamp edges and beyond).
+TEST_P(KernelsTest, GatesMatchReference) {
+  std::mt19937 rng(41);
+  struct Gate {
+    const char* name;
+    void (*in_place)(float*, int64_t);
+    float (*ref)(float);
+  };
+  const Gate gates[] = {{"Exp", ExpInPlace, ref::Exp},
+                        {"Sigmoid", SigmoidInPlace, ref::Sigmoid},
+                        {"Silu", SiluInPlace, ref::Silu}};
+  std::vector<int64_t> lengths;
+  for (int64_t n = 0; n <= 70; ++n) lengths.push_back(n);
+  lengths.push_back(100003);  // several parts over the pool
+  for (const Gate& gate : gates) {
+    for (int64_t n : lengths) {
+      auto x = SituInputs(rng, static_cast<size_t>(n));
+      for (size_t i = 0; i < x.size(); i += 11) x[i] = std::numeric_limits<float>::quiet_NaN();
+      for (size_t i = 3; i < x.size(); i += 13) x[i] = (i % 2 ? -87.0f : 87.0f) * (1 + 1e-7f);
+      std::vector<float> want(x.size()), got = x;
+      for (size_t i = 0; i < x.size(); ++i) want[i] = gate.ref(x[i]);
+      gate.in_place(got.data(), n);
+      ExpectSameBits(want, got, std::string(gate.name) + " n " + std::to_string(n));
+    }
+  }
+  // What the references promise.
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(ref::Exp(-inf), 0.0f);
+  EXPECT_EQ(ref::Exp(inf), inf);
+  EXPECT_EQ(ref::Exp(0.0f), 1.0f);
+  EXPECT_EQ(ref::Sigmoid(0.0f), 0.5f);
+  EXPECT_EQ(ref::Sigmoid(inf), 1.0f);
+  EXPECT_EQ(ref::Sigmoid(-inf), 0.0f);
+  EXPECT_TRUE(std::isnan(ref::Sigmoid(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_EQ(Sigmoid(0.75f), ref::Sigmoid(0.75f));
+}
+
+TEST_P(KernelsTest, SoftmaxMatchesReference) {
+  std::mt19937 rng(42);
+  std::vector<int64_t> lengths;
+  for (int64_t n = 1; n <= 70; ++n) lengths.push_back(n);
+  for (int64_t n : {127, 128, 129, 1000, 4099}) lengths.push_back(n);
+  for (int64_t n : lengths) {
+    for (int shape = 0; shape < 4; ++shape) {
+      // Attention scores (a few tens wide), near-equal values, one dominant value, and rows with
+      // elements far enough below the maximum that their Exp is +0.
+      auto x = RandomFloats(rng, static_cast<size_t>(n), shape == 1 ? -1e-3f : -20.0f,
+                            shape == 1 ? 1e-3f : 20.0f);
+      if (shape == 2) x[static_cast<size_t>(n) / 2] = 60.0f;
+      if (shape == 3) {
+        for (size_t i = 0; i < x.size(); i += 3) x[i] = -200.0f;
+      }
+      std::vector<float> want = x, got = x;
+      ref::Softmax(want.data(), n);
+      SoftmaxInPlace(got.data(), n);
+      ExpectSameBits(want, got,
+                     "Softmax n " + std::to_string(n) + " shape " + std::to_string(shape));
+      float sum = 0;
+      for (float v : got) sum += v;
+      EXPECT_NEAR(sum, 1.0f, 1e-5f) << n;
+    }
+  }
+  // -inf gives +0; a NaN makes the sum, and so every element, NaN (as the C library's exp would).
+  const float inf = std::numeric_limits<float>::infinity();
+  for (bool with_nan : {false, true}) {
+    std::vector<float> x = {1.0f, with_nan ? std::numeric_limits<float>::quiet_NaN() : 0.5f, 2.0f,
+                            -inf};
+    std::vector<float> want = x;
+    ref::Softmax(want.data(), 4);
+    SoftmaxInPlace(x.data(), 4);
+    ExpectSameBits(want, x, "Softmax specials");
+    EXPECT_EQ(std::isnan(x[0]), with_nan);
+    if (!with_nan) {
+      EXPECT_EQ(x[3], 0.0f);
+    }
+  }
+}
+
 // Large enough that the rows are split over the pool; results must not depend on thread count.
 TEST_P(KernelsTest, ThreadCountDoesNotChangeResults) {
   if (SingleThreadOnly()) GTEST_SKIP() << "DF_THREADS=1";

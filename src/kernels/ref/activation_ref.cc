@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernels/activation_constants.h"
 
@@ -52,6 +53,35 @@ float Situ(float gate, float up, float beta, float linear_beta) {
   const float sigmoid = 1.0f / (1.0f + ExpF32(-gate));
   const float bounded_up = TanhF32(up / linear_beta) * linear_beta;
   return (bounded_gate * sigmoid) * bounded_up;
+}
+
+float Exp(float x) {
+  using namespace activation;  // NOLINT(google-build-using-namespace)
+  if (std::isnan(x)) return x;
+  if (x < kExpMin) return 0.0f;
+  if (x > kExpMax) return std::numeric_limits<float>::infinity();
+  return ExpF32(x);
+}
+
+float Sigmoid(float x) { return 1.0f / (1.0f + Exp(-x)); }
+
+float Silu(float x) { return x * Sigmoid(x); }
+
+void Softmax(float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] > m) m = x[i];  // false for NaN
+  }
+  float p[32] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = Exp(x[i] - m);
+    p[i % 32] += x[i];
+  }
+  for (int w = 16; w >= 1; w /= 2) {
+    for (int i = 0; i < w; ++i) p[i] += p[i + w];
+  }
+  const float inv = 1.0f / p[0];
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
 }  // namespace deltafin::kernels::ref

@@ -19,4 +19,15 @@ float TanhF32(float x);
 // One SiTU value in the documented order (kernels/activation.h).
 float Situ(float gate, float up, float beta, float linear_beta);
 
+// The element-wise functions of kernels/activation.h ("Gates and softmax"):
+// Exp(x) = ExpF32(x) on [−87, 87], +0 below, +inf above, NaN for NaN;
+// Sigmoid(x) = 1 / (1 + Exp(−x)); Silu(x) = x · Sigmoid(x).
+float Exp(float x);
+float Sigmoid(float x);
+float Silu(float x);
+// x[i] = Exp(x[i] − m) / s in place: m the largest non-NaN element (−inf if none), s the sum of
+// the Exp values in the order of kernels/matvec.h (element i into partial i % 32, then the
+// balanced tree), and each element times 1/s.
+void Softmax(float* x, int64_t n);
+
 }  // namespace deltafin::kernels::ref
