@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "kernels/activation.h"
+#include "kernels/attn_res.h"
 #include "kernels/matvec.h"
 #include "weights/config.h"
 
@@ -29,26 +30,15 @@ void AttnResMix(const float* const* sources, int64_t n_sources, const float* que
     const float inv_rms =
         1.0f / std::sqrt(kernels::DotF32(v, v, width) / static_cast<float>(width) + eps);
     // Σ (v·inv_rms)·q = inv_rms · Σ v·q up to rounding; keep the reference order: normalise
-    // element-wise, then dot.
-    // Column d goes to partial d % 32, in increasing d (written as 32-wide steps so the compiler
-    // can vectorize across the partials: each is still its own multiply, multiply, add).
-    float p[32] = {};
-    const int64_t full = width / 32 * 32;
-    for (int64_t d0 = 0; d0 < full; d0 += 32) {
-      for (int i = 0; i < 32; ++i) p[i] += (v[d0 + i] * inv_rms) * query[d0 + i];
-    }
-    for (int64_t d = full; d < width; ++d) p[d % 32] += (v[d] * inv_rms) * query[d];
-    for (int w = 16; w >= 1; w /= 2) {
-      for (int i = 0; i < w; ++i) p[i] += p[i + w];
-    }
-    scores[j] = p[0];
+    // element-wise, then dot (kernels/attn_res.h).
+    scores[j] = kernels::AttnResScore(v, inv_rms, query, width);
   }
   kernels::SoftmaxInPlace(scores, n_sources);
   for (int64_t d = 0; d < width; ++d) out[d] = 0.0f;
   for (int64_t j = 0; j < n_sources; ++j) {
     const float a = scores[j];
     const float* v = sources[j];
-    for (int64_t d = 0; d < width; ++d) out[d] += a * v[d];
+    kernels::AddScaled(out, a, v, width);
     if (alpha) alpha[j] = a;
   }
 }

@@ -22,9 +22,11 @@
 #include "base/thread_pool.h"
 #include "hwy/targets.h"
 #include "kernels/activation.h"
+#include "kernels/attn_res.h"
 #include "kernels/kda_state.h"
 #include "kernels/matvec.h"
 #include "kernels/ref/activation_ref.h"
+#include "kernels/ref/attn_res_ref.h"
 #include "kernels/ref/kda_ref.h"
 #include "kernels/ref/matvec_ref.h"
 
@@ -530,6 +532,28 @@ TEST_P(KernelsTest, SoftmaxMatchesReference) {
     if (!with_nan) {
       EXPECT_EQ(x[3], 0.0f);
     }
+  }
+}
+
+// The AttnRes passes against their references: widths around every lane and partial boundary
+// and the model widths (1024 bench, 7168 K3).
+TEST_P(KernelsTest, AttnResMatchesReference) {
+  std::mt19937 rng(43);
+  std::vector<int64_t> widths;
+  for (int64_t w = 0; w <= 70; ++w) widths.push_back(w);
+  for (int64_t w : {1024, 1031, 7168}) widths.push_back(w);
+  for (int64_t width : widths) {
+    const auto v = RandomFloats(rng, static_cast<size_t>(width), -30.0f, 30.0f);
+    const auto q = RandomFloats(rng, static_cast<size_t>(width));
+    const float inv_rms = 0.0371f;
+    const float want = ref::AttnResScore(v.data(), inv_rms, q.data(), width);
+    const float got = AttnResScore(v.data(), inv_rms, q.data(), width);
+    ASSERT_EQ(want, got) << "width " << width;
+    auto out_want = RandomFloats(rng, static_cast<size_t>(width));
+    auto out_got = out_want;
+    ref::AddScaled(out_want.data(), 0.3f, v.data(), width);
+    AddScaled(out_got.data(), 0.3f, v.data(), width);
+    ExpectSameBits(out_want, out_got, "AddScaled width " + std::to_string(width));
   }
 }
 
