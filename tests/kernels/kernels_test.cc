@@ -126,9 +126,11 @@ TEST_P(KernelsTest, MatTVecBf16) {
 // a row stride) and the weighted latent sum (transposed), against the references.
 TEST_P(KernelsTest, MatMulF32) {
   std::mt19937 rng(31);
+  std::vector<int64_t> cols_list(std::begin(kColsList), std::end(kColsList));
+  cols_list.insert(cols_list.end(), {128, 160});  // MLA's latent and rope widths
   for (int64_t rows : kRowsList) {
-    for (int64_t cols : kColsList) {
-      for (int64_t n : {1, 2, 5, 8, 9}) {
+    for (int64_t cols : cols_list) {
+      for (int64_t n : {1, 2, 3, 5, 8, 9, 12}) {
         const int64_t stride = rows + 3;
         const auto w = RandomFloats(rng, static_cast<size_t>(rows * cols));
         const auto x = RandomFloats(rng, static_cast<size_t>(n * cols));
