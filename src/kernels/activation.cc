@@ -21,10 +21,6 @@ void SituInPlace(float* gate, const float* up, int64_t n, float beta, float line
 
 namespace {
 void SplitOverPool(internal::GateFn fn, float* x, int64_t n) {
-  if (n < 2 * kMinElementsPerPart) {
-    fn(x, n);
-    return;
-  }
   DefaultPool().ParallelRanges(n, kMinElementsPerPart,
                                [&](int64_t i0, int64_t i1) { fn(x + i0, i1 - i0); });
 }

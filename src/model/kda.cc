@@ -25,9 +25,10 @@ constexpr int64_t kConvSideBySideMinPositions = 64;
 // fla's in-kernel l2norm: u / sqrt(Σu² + 1e-6) (docs/MODEL.md §4.4).
 constexpr float kL2NormEps = 1e-6f;
 
-// Causal depthwise conv over [history (K-1 rows, oldest first), current] then SiLU, in place on
-// channels [c0, c1) of `cur` [P]; then shifts those channels of `cur` (the raw projection) into
-// the history. Channels never mix, so a wave splits them over the threads.
+// Causal depthwise conv over [history (K-1 rows, oldest first), current], before its SiLU (applied
+// by KdaForward to the whole wave), in place on channels [c0, c1) of `cur` [P]; then shifts those
+// channels of `cur` (the raw projection) into the history. Channels never mix, so a wave splits
+// them over the threads.
 void ConvStep(const float* weight, int64_t width, int64_t kernel, float* history, float* cur,
               float* scratch_raw, int64_t c0, int64_t c1) {
   const auto bytes = static_cast<size_t>(c1 - c0) * sizeof(float);
@@ -39,7 +40,6 @@ void ConvStep(const float* weight, int64_t width, int64_t kernel, float* history
     acc += wc[kernel - 1] * scratch_raw[ch];
     cur[ch] = acc;
   }
-  kernels::SiluInPlace(cur + c0, c1 - c0);
   // Shift: drop the oldest row, append the raw current projection.
   for (int64_t j = 0; j + 2 < kernel; ++j) {
     std::memcpy(history + j * width + c0, history + (j + 1) * width + c0, bytes);
@@ -207,6 +207,9 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
   } else {
     conv_channels(0, p);
   }
+  // The SiLU, element-wise over the wave (the history keeps the raw projections).
+  for (AlignedBuffer<float>* conv : {&s->q, &s->k, &s->v})
+    kernels::SiluInPlace(conv->data(), n * p);
   Charge(timer, OpFamily::kKdaConv);
 
   // 2. The gates of every position, element-wise (vector kernels over the whole wave): the
