@@ -22,8 +22,9 @@ using DotF32Fn = float (*)(const float* a, const float* b, int64_t n);
 using F32RowsFn = void (*)(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n,
                            int64_t r0, int64_t r1, float* y, int64_t y_stride);
 // Columns [c0, c1) of the transposed fp32 product (kernels/matvec.h MatTMulF32).
-using MatTMulF32ColsFn = void (*)(const float* w, int64_t rows, int64_t cols, const float* x,
-                                  int64_t n, int64_t c0, int64_t c1, float* y);
+using MatTMulF32ColsFn = void (*)(const float* w, int64_t w_stride, int64_t rows, const float* x,
+                                  int64_t x_stride, int64_t n, bool first, int64_t c0, int64_t c1,
+                                  float* y, int64_t y_stride);
 using MatTVecBf16Fn = void (*)(const uint16_t* w, int64_t rows, int64_t cols, const float* x,
                                float* y);
 // gate[i] = SiTU(gate[i], up[i]) for i in [0, n) (kernels/activation.h).

@@ -77,12 +77,18 @@ void MatMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64
 }
 
 void MatTMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y) {
+  MatTMulF32Part({w, cols}, rows, cols, x, rows, n, true, {y, cols});
+}
+
+void MatTMulF32Part(StridedRows<const float> w, int64_t rows, int64_t cols, const float* x,
+                    int64_t x_stride, int64_t n, bool first, StridedRows<float> y) {
   // Parts are whole groups of kColGroup columns, so each part keeps the kernels' full-width steps.
   constexpr int64_t kColGroup = 64;
   const internal::MatTMulF32ColsFn fn = internal::ChooseMatTMulF32Cols();
   const int64_t groups = (cols + kColGroup - 1) / kColGroup;
   DefaultPool().ParallelRanges(groups, Grain(rows * kColGroup * 4, n), [&](int64_t g0, int64_t g1) {
-    fn(w, rows, cols, x, n, g0 * kColGroup, g1 * kColGroup < cols ? g1 * kColGroup : cols, y);
+    fn(w.data, w.stride, rows, x, x_stride, n, first, g0 * kColGroup,
+       g1 * kColGroup < cols ? g1 * kColGroup : cols, y.data, y.stride);
   });
 }
 

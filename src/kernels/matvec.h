@@ -59,6 +59,22 @@ void MatMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64
 // the pool.
 void MatTMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y);
 
+// Rows of a matrix `stride` floats apart (a row-major block inside a wider buffer).
+template <class T>
+struct StridedRows {
+  T* data;
+  int64_t stride;
+};
+
+// The general form: W's rows w.stride apart, x_v at x + v·x_stride, y_v[c] at y.data +
+// v·y.stride + c; with `first` y starts at +0, otherwise each y_v[c] holds the sum over earlier
+// rows and this call's rows continue it with the same fused multiply-adds in increasing r. A stored
+// fp32 partial reloads unchanged, so a product split into runs of rows has exactly one call's bits
+// (MLA weights a run of cached latents for several positions while the run is in cache, and forms
+// a score from its latent and rope parts in one chain).
+void MatTMulF32Part(StridedRows<const float> w, int64_t rows, int64_t cols, const float* x,
+                    int64_t x_stride, int64_t n, bool first, StridedRows<float> y);
+
 // Highway's name of the target the kernels dispatch to on this CPU ("AVX3", "AVX2", "NEON",
 // "SCALAR"); the compiled-in targets (all, or those this CPU supports), best first,
 // space-separated; Highway's version. For `deltafin --version`.

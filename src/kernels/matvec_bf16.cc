@@ -180,76 +180,91 @@ void F32RowsImpl(const float* w, int64_t rows, int64_t cols, const float* x, int
 
 #if HWY_TARGET != HWY_SCALAR
 // kV vectors × kW weight vectors of columns [c, c + kW·kN): acc[j][k] = Σ_r fma(W[r, c + k·kN ..],
-// x_j[r]) in increasing r. Each weight vector is loaded once for the kV vectors.
+// x_j[r]) in increasing r, from +0 (`first`) or from the partial sums already in y. W's rows are
+// w_stride apart, x_j is x + j·x_stride, y_j is y + j·y_stride. Each weight vector is loaded once
+// for the kV vectors.
 template <size_t kV, size_t kW>
-HWY_INLINE void TransposedTile(const float* w, int64_t rows, int64_t cols, const float* x,
-                               int64_t c, float* y) {
+HWY_INLINE void TransposedTile(const float* w, int64_t w_stride, int64_t rows, const float* x,
+                               int64_t x_stride, bool first, int64_t c, float* y,
+                               int64_t y_stride) {
   const DF df;
   VF acc[kV][kW];
-  HWY_UNROLL(4)
+  HWY_UNROLL(8)
   for (size_t j = 0; j < kV; ++j) {
     HWY_UNROLL(4)
-    for (size_t k = 0; k < kW; ++k) acc[j][k] = hn::Zero(df);
+    for (size_t k = 0; k < kW; ++k) {
+      acc[j][k] =
+          first ? hn::Zero(df) : hn::LoadU(df, y + static_cast<int64_t>(j) * y_stride + c + k * kN);
+    }
   }
   for (int64_t r = 0; r < rows; ++r) {
     VF wv[kW];
     HWY_UNROLL(4)
-    for (size_t k = 0; k < kW; ++k) wv[k] = hn::LoadU(df, w + r * cols + c + k * kN);
-    HWY_UNROLL(4)
+    for (size_t k = 0; k < kW; ++k) wv[k] = hn::LoadU(df, w + r * w_stride + c + k * kN);
+    HWY_UNROLL(8)
     for (size_t j = 0; j < kV; ++j) {
-      const VF xr = hn::Set(df, x[static_cast<int64_t>(j) * rows + r]);
+      const VF xr = hn::Set(df, x[static_cast<int64_t>(j) * x_stride + r]);
       HWY_UNROLL(4)
       for (size_t k = 0; k < kW; ++k) acc[j][k] = hn::MulAdd(wv[k], xr, acc[j][k]);
     }
   }
-  HWY_UNROLL(4)
+  HWY_UNROLL(8)
   for (size_t j = 0; j < kV; ++j) {
     HWY_UNROLL(4)
     for (size_t k = 0; k < kW; ++k) {
-      hn::StoreU(acc[j][k], df, y + static_cast<int64_t>(j) * cols + c + k * kN);
+      hn::StoreU(acc[j][k], df, y + static_cast<int64_t>(j) * y_stride + c + k * kN);
     }
   }
 }
 
-// Vectors per transposed tile: kV·4 accumulators + 4 weights + a broadcast fit the registers.
+// Vectors per transposed tile: kV·kW accumulators + kW weights + a broadcast fit the registers
+// (four weight vectors wide, or one: a narrow product such as MLA's scores against few heads).
 #if HWY_TARGET == HWY_AVX2
-constexpr size_t kTransposedVecs = 2;
+constexpr size_t kTransposedVecs = 2, kTransposedVecsNarrow = 8;
 #else
-constexpr size_t kTransposedVecs = 4;
+constexpr size_t kTransposedVecs = 4, kTransposedVecsNarrow = 8;
 #endif
 #endif
 
-// Columns [c0, c1) of y[v*cols + c] = Σ_r W[r,c]·x_v[r] (fp32 W [rows, cols], X [n, rows]).
-void MatTMulF32ColsImpl(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n,
-                        int64_t c0, int64_t c1, float* y) {
+// Columns [c0, c1) of y_v[c] = Σ_r W[r,c]·x_v[r] (fp32 W rows w_stride apart, x_v at
+// x + v·x_stride, y_v at y + v·y_stride), from +0 (`first`) or continuing the partial sums in y.
+void MatTMulF32ColsImpl(const float* w, int64_t w_stride, int64_t rows, const float* x,
+                        int64_t x_stride, int64_t n, bool first, int64_t c0, int64_t c1, float* y,
+                        int64_t y_stride) {
+  const auto scalar_column = [&](int64_t v, int64_t c) {
+    float acc = first ? 0.0f : y[v * y_stride + c];
+    for (int64_t r = 0; r < rows; ++r)
+      acc = std::fma(w[r * w_stride + c], x[v * x_stride + r], acc);
+    y[v * y_stride + c] = acc;
+  };
 #if HWY_TARGET == HWY_SCALAR
   for (int64_t v = 0; v < n; ++v) {
-    for (int64_t c = c0; c < c1; ++c) {
-      float acc = 0.0f;
-      for (int64_t r = 0; r < rows; ++r) acc = std::fma(w[r * cols + c], x[v * rows + r], acc);
-      y[v * cols + c] = acc;
-    }
+    for (int64_t c = c0; c < c1; ++c) scalar_column(v, c);
   }
 #else
+  // kV vectors from v on, columns [c, c + kW·kN).
+  const auto tile = [&]<size_t kV, size_t kW>(int64_t v, int64_t c) HWY_ATTR {
+    TransposedTile<kV, kW>(w, w_stride, rows, x + v * x_stride, x_stride, first, c,
+                           y + v * y_stride, y_stride);
+  };
   constexpr int64_t kStep = 4 * static_cast<int64_t>(kN);
   int64_t c = c0;
   for (; c + kStep <= c1; c += kStep) {
     int64_t v = 0;
     for (; v + static_cast<int64_t>(kTransposedVecs) <= n; v += kTransposedVecs) {
-      TransposedTile<kTransposedVecs, 4>(w, rows, cols, x + v * rows, c, y + v * cols);
+      tile.template operator()<kTransposedVecs, 4>(v, c);
     }
-    for (; v < n; ++v) TransposedTile<1, 4>(w, rows, cols, x + v * rows, c, y + v * cols);
+    for (; v < n; ++v) tile.template operator()<1, 4>(v, c);
   }
   for (; c + static_cast<int64_t>(kN) <= c1; c += kN) {
-    for (int64_t v = 0; v < n; ++v)
-      TransposedTile<1, 1>(w, rows, cols, x + v * rows, c, y + v * cols);
+    int64_t v = 0;
+    for (; v + static_cast<int64_t>(kTransposedVecsNarrow) <= n; v += kTransposedVecsNarrow) {
+      tile.template operator()<kTransposedVecsNarrow, 1>(v, c);
+    }
+    for (; v < n; ++v) tile.template operator()<1, 1>(v, c);
   }
   for (; c < c1; ++c) {
-    for (int64_t v = 0; v < n; ++v) {
-      float acc = 0.0f;
-      for (int64_t r = 0; r < rows; ++r) acc = std::fma(w[r * cols + c], x[v * rows + r], acc);
-      y[v * cols + c] = acc;
-    }
+    for (int64_t v = 0; v < n; ++v) scalar_column(v, c);
   }
 #endif
 }

@@ -8,6 +8,7 @@
 // (the rest)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -162,6 +163,50 @@ TEST_P(KernelsTest, MatTMulF32) {
         SCOPED_TRACE("rows=" + std::to_string(rows) + " cols=" + std::to_string(cols) +
                      " n=" + std::to_string(n));
         ExpectSame(want, got, "MatTMulF32");
+      }
+    }
+  }
+}
+
+// A transposed product split into runs of rows (MLA's causal runs, and a score's latent and rope
+// parts): every split, with W, x and y inside wider buffers, has the bits of one call over all
+// rows, and of the reference's runs.
+TEST_P(KernelsTest, MatTMulF32PartsMatchOneCall) {
+  std::mt19937 rng(33);
+  for (int64_t rows : {1, 5, 64, 257}) {
+    for (int64_t cols : {7, 16, 24, 128, 200, 512}) {
+      for (int64_t n : {1, 3, 4, 8, 9, 17}) {
+        const int64_t w_stride = cols + 5, x_stride = rows + 11, y_stride = cols + 3;
+        const auto w = RandomFloats(rng, static_cast<size_t>(rows * w_stride));
+        const auto x = RandomFloats(rng, static_cast<size_t>(n * x_stride));
+        std::vector<float> packed_w(static_cast<size_t>(rows * cols));
+        std::vector<float> packed_x(static_cast<size_t>(n * rows));
+        for (int64_t r = 0; r < rows; ++r) {
+          std::copy_n(w.begin() + r * w_stride, cols, packed_w.begin() + r * cols);
+        }
+        for (int64_t v = 0; v < n; ++v) {
+          std::copy_n(x.begin() + v * x_stride, rows, packed_x.begin() + v * rows);
+        }
+        std::vector<float> one_call(static_cast<size_t>(n * cols));
+        ref::MatTMulF32(packed_w.data(), rows, cols, packed_x.data(), n, one_call.data());
+        std::vector<float> want(static_cast<size_t>(n * y_stride), -7.0f);  // gaps untouched
+        for (int64_t v = 0; v < n; ++v) {
+          std::copy_n(one_call.begin() + v * cols, cols, want.begin() + v * y_stride);
+        }
+        for (int64_t run : {int64_t{1}, int64_t{3}, int64_t{64}, rows}) {
+          std::vector<float> got(want.size(), -7.0f), ref_parts(want.size(), -7.0f);
+          for (int64_t r0 = 0; r0 < rows; r0 += run) {
+            const int64_t len = std::min(run, rows - r0);
+            MatTMulF32Part({w.data() + r0 * w_stride, w_stride}, len, cols, x.data() + r0, x_stride,
+                           n, r0 == 0, {got.data(), y_stride});
+            ref::MatTMulF32Part(w.data() + r0 * w_stride, w_stride, len, cols, x.data() + r0,
+                                x_stride, n, r0 == 0, ref_parts.data(), y_stride);
+          }
+          SCOPED_TRACE("rows=" + std::to_string(rows) + " cols=" + std::to_string(cols) +
+                       " n=" + std::to_string(n) + " run=" + std::to_string(run));
+          ExpectSame(want, got, "MatTMulF32Part");
+          ExpectSame(want, ref_parts, "ref::MatTMulF32Part");
+        }
       }
     }
   }

@@ -47,12 +47,19 @@ void MatMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64
 }
 
 void MatTMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y) {
+  MatTMulF32Part(w, cols, rows, cols, x, rows, n, true, y, cols);
+}
+
+void MatTMulF32Part(const float* w, int64_t w_stride, int64_t rows, int64_t cols, const float* x,
+                    int64_t x_stride, int64_t n, bool first, float* y, int64_t y_stride) {
   for (int64_t v = 0; v < n; ++v) {
-    float* yv = y + v * cols;
-    const float* xv = x + v * rows;
-    for (int64_t c = 0; c < cols; ++c) yv[c] = 0.0f;
+    float* yv = y + v * y_stride;
+    const float* xv = x + v * x_stride;
+    if (first) {
+      for (int64_t c = 0; c < cols; ++c) yv[c] = 0.0f;
+    }
     for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) yv[c] = std::fma(w[r * cols + c], xv[r], yv[c]);
+      for (int64_t c = 0; c < cols; ++c) yv[c] = std::fma(w[r * w_stride + c], xv[r], yv[c]);
     }
   }
 }
