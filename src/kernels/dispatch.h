@@ -19,8 +19,6 @@ using Mxfp4RowsFn = void (*)(const uint8_t* packed, const uint8_t* scales, int64
 using I8RowsFn = void (*)(const int8_t* q, const float* scales, int64_t rows, int64_t cols,
                           const float* x, int64_t n, int64_t r0, int64_t r1, float* y);
 using DotF32Fn = float (*)(const float* a, const float* b, int64_t n);
-using F32RowsFn = void (*)(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n,
-                           int64_t r0, int64_t r1, float* y, int64_t y_stride);
 // Columns [c0, c1) of the transposed fp32 product (kernels/matvec.h MatTMulF32).
 using MatTMulF32ColsFn = void (*)(const float* w, int64_t w_stride, int64_t rows, const float* x,
                                   int64_t x_stride, int64_t n, bool first, int64_t c0, int64_t c1,
@@ -32,7 +30,6 @@ using SituFn = void (*)(float* gate, const float* up, int64_t n, float beta, flo
 
 Bf16RowsFn ChooseBf16Rows();
 DotF32Fn ChooseDotF32();
-F32RowsFn ChooseF32Rows();
 MatTMulF32ColsFn ChooseMatTMulF32Cols();
 MatTVecBf16Fn ChooseMatTVecBf16();
 Mxfp4RowsFn ChooseMxfp4Rows();

@@ -68,14 +68,6 @@ float DotF32(const float* a, const float* b, int64_t n) {
   return internal::ChooseDotF32()(a, b, n);
 }
 
-void MatMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
-               int64_t y_stride) {
-  const internal::F32RowsFn fn = internal::ChooseF32Rows();
-  DefaultPool().ParallelRanges(rows, Grain(cols * 4, n), [&](int64_t r0, int64_t r1) {
-    fn(w, rows, cols, x, n, r0, r1, y, y_stride);
-  });
-}
-
 void MatTMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y) {
   MatTMulF32Part({w, cols}, rows, cols, x, rows, n, true, {y, cols});
 }

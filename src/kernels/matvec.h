@@ -47,12 +47,6 @@ void MatMulI8(const int8_t* q, const float* scales, int64_t rows, int64_t cols, 
 // Dot product of two fp32 vectors in the same fixed order as the matrix kernels.
 float DotF32(const float* a, const float* b, int64_t n);
 
-// fp32 rows W [rows, cols] (MLA's latent cache) against n vectors X [n, cols]:
-// y[v*y_stride + r] = dot(row r, x_v), each exactly DotF32(row r, x_v) (fma is commutative, so
-// which operand is the "row" does not matter). Rows split over the pool.
-void MatMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
-               int64_t y_stride);
-
 // Transposed fp32 for n vectors X [n, rows] (MLA's attention-weighted latent sum):
 // y[v*cols + c] = Σ_r W[r,c]·x_v[r], one fused multiply-add per r in increasing r starting from
 // +0 (MatTVecBf16's order); weight rows are loaded once for a tile of vectors. Columns split over

@@ -1,6 +1,6 @@
 // BF16 and fp32 kernels, compiled once per Highway target (simd_targets.h): BF16 matrix × vectors,
-// BF16 transposed matrix-vector, fp32 dot, fp32 rows × vectors and the transposed fp32 product
-// (MLA attention over the latent cache). HWY_SCALAR calls the scalar references.
+// BF16 transposed matrix-vector, fp32 dot and the transposed fp32 product (MLA attention over the
+// latent cache). HWY_SCALAR calls the scalar references.
 #include <cmath>
 #include <string>
 
@@ -49,132 +49,6 @@ float DotF32Impl(const float* a, const float* b, int64_t n) {
   float out[1];
   DotRowTile<1>(dec, n, xs, out);
   return out[0];
-#endif
-}
-
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-// fp32 tiles: rows per tile and vectors per tile (kR·kT·2 accumulators + 2kR rows' values + 2
-// activations fill the 32 registers).
-constexpr size_t kF32Rows = 3, kF32Vecs = 4;
-
-// kR rows of w (`cols` floats apart, cols a multiple of 32) × kT vectors x (likewise): y[t·y_stride
-// + i] = dot(row i, x_t). The 32 partials of each product stay in column order (acc[..][0] holds
-// partials 0-15, acc[..][1] 16-31; each a fused multiply-add per column, in increasing column,
-// DotRowTilePartials' steps); level 16 of the tree adds the two, TreeOfSixteen runs levels 8 to 1
-// for up to 16 products at once, and each vector's kR results are permuted into lanes 0..kR-1 and
-// written by one masked store: the documented order, bit for bit.
-template <size_t kR, size_t kT>
-HWY_INLINE void F32Tile(const float* w, int64_t cols, const float* x, float* y, int64_t y_stride) {
-  static_assert(kR * kT <= 16, "one tree of sixteen");
-  __m512 acc[kR][kT][2];
-  for (size_t i = 0; i < kR; ++i) {
-    for (size_t t = 0; t < kT; ++t) acc[i][t][0] = acc[i][t][1] = _mm512_setzero_ps();
-  }
-  for (int64_t c = 0; c < cols; c += kBlock) {
-    __m512 w0[kR], w1[kR];
-    HWY_UNROLL(4)
-    for (size_t i = 0; i < kR; ++i) {
-      w0[i] = _mm512_loadu_ps(w + static_cast<int64_t>(i) * cols + c);
-      w1[i] = _mm512_loadu_ps(w + static_cast<int64_t>(i) * cols + c + 16);
-    }
-    HWY_UNROLL(4)
-    for (size_t t = 0; t < kT; ++t) {
-      __m512 x0 = _mm512_loadu_ps(x + static_cast<int64_t>(t) * cols + c);
-      __m512 x1 = _mm512_loadu_ps(x + static_cast<int64_t>(t) * cols + c + 16);
-      if constexpr (kR > 1) asm("" : "+v"(x0), "+v"(x1));  // one load for the kR rows
-      HWY_UNROLL(4)
-      for (size_t i = 0; i < kR; ++i) {
-        acc[i][t][0] = _mm512_fmadd_ps(w0[i], x0, acc[i][t][0]);
-        acc[i][t][1] = _mm512_fmadd_ps(w1[i], x1, acc[i][t][1]);
-      }
-    }
-  }
-  __m512 level16[16];
-  HWY_UNROLL(16)
-  for (size_t k = 0; k < 16; ++k) {
-    level16[k] = k < kR * kT ? _mm512_add_ps(acc[k / kT][k % kT][0], acc[k / kT][k % kT][1])
-                             : _mm512_setzero_ps();
-  }
-  const __m512 sums = TreeOfSixteen(level16);
-  static constexpr TreeGather<kR, kT> kGather;
-  const __mmask16 live = static_cast<__mmask16>((1u << kR) - 1u);
-  HWY_UNROLL(4)
-  for (size_t t = 0; t < kT; ++t) {
-    const __m512 dots = _mm512_permutexvar_ps(_mm512_load_si512(kGather.idx[t]), sums);
-    _mm512_mask_storeu_ps(y + static_cast<int64_t>(t) * y_stride, live, dots);
-  }
-}
-#endif
-
-// fp32 rows [r0, r1) × n vectors: y[v*y_stride + r] = dot(row r, x_v). A row is loaded once per
-// tile of kTile vectors (DotRowTile); one vector takes kRowsSingle rows at a time.
-void F32RowsImpl(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, int64_t r0,
-                 int64_t r1, float* y, int64_t y_stride) {
-  (void)rows;
-#if HWY_TARGET == HWY_SCALAR
-  for (int64_t v = 0; v < n; ++v) {
-    for (int64_t r = r0; r < r1; ++r) {
-      y[v * y_stride + r] = ref::DotF32(w + r * cols, x + v * cols, cols);
-    }
-  }
-#else
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  if (n >= 2 && cols % kBlock == 0) {
-    // Several vectors (MLA's heads against cached latents and rope keys): register tiles of
-    // kF32Rows rows × kF32Vecs vectors (F32Tile), each row loaded once for the tile's vectors and
-    // each vector for its rows; the remainders in narrower tiles.
-    const auto vector_tiles = [&]<size_t kRows>(int64_t r) HWY_ATTR {
-      int64_t v = 0;
-      for (; v + static_cast<int64_t>(kF32Vecs) <= n; v += kF32Vecs) {
-        F32Tile<kRows, kF32Vecs>(w + r * cols, cols, x + v * cols, y + v * y_stride + r, y_stride);
-      }
-      switch (n - v) {
-        case 3:
-          F32Tile<kRows, 3>(w + r * cols, cols, x + v * cols, y + v * y_stride + r, y_stride);
-          break;
-        case 2:
-          F32Tile<kRows, 2>(w + r * cols, cols, x + v * cols, y + v * y_stride + r, y_stride);
-          break;
-        case 1:
-          F32Tile<kRows, 1>(w + r * cols, cols, x + v * cols, y + v * y_stride + r, y_stride);
-          break;
-        default:
-          break;
-      }
-    };
-    int64_t r = r0;
-    for (; r + static_cast<int64_t>(kF32Rows) <= r1; r += kF32Rows) {
-      vector_tiles.template operator()<kF32Rows>(r);
-    }
-    for (; r < r1; ++r) vector_tiles.template operator()<1>(r);
-    return;
-  }
-#endif
-  int64_t r = r0;
-  if (n == 1 && cols % kBlock == 0) {
-    for (; r + static_cast<int64_t>(kRowsSingle) <= r1; r += kRowsSingle) {
-      F32Decoder decs[kRowsSingle];
-      for (size_t i = 0; i < kRowsSingle; ++i) decs[i].a = w + (r + static_cast<int64_t>(i)) * cols;
-      DotRowsOneVector<kRowsSingle>(decs, cols, x, y + r);
-    }
-  }
-  for (; r < r1; ++r) {
-    const F32Decoder dec{w + r * cols};
-    int64_t v = 0;
-    for (; v + static_cast<int64_t>(kTile) <= n; v += kTile) {
-      const float* xs[kTile];
-      float out[kTile];
-      for (size_t t = 0; t < kTile; ++t) xs[t] = x + (v + static_cast<int64_t>(t)) * cols;
-      DotRowTile<kTile>(dec, cols, xs, out);
-      for (size_t t = 0; t < kTile; ++t) y[(v + static_cast<int64_t>(t)) * y_stride + r] = out[t];
-    }
-    for (; v < n; ++v) {
-      const float* xs[1] = {x + v * cols};
-      float out[1];
-      DotRowTile<1>(dec, cols, xs, out);
-      y[v * y_stride + r] = out[0];
-    }
-  }
 #endif
 }
 
@@ -323,14 +197,12 @@ namespace deltafin::kernels {
 HWY_EXPORT(Bf16RowsImpl);
 HWY_EXPORT(DotF32Impl);
 HWY_EXPORT(MatTVecBf16Impl);
-HWY_EXPORT(F32RowsImpl);
 HWY_EXPORT(MatTMulF32ColsImpl);
 
 namespace internal {
 Bf16RowsFn ChooseBf16Rows() { return &HWY_DYNAMIC_DISPATCH(Bf16RowsImpl); }
 DotF32Fn ChooseDotF32() { return &HWY_DYNAMIC_DISPATCH(DotF32Impl); }
 MatTVecBf16Fn ChooseMatTVecBf16() { return &HWY_DYNAMIC_DISPATCH(MatTVecBf16Impl); }
-F32RowsFn ChooseF32Rows() { return &HWY_DYNAMIC_DISPATCH(F32RowsImpl); }
 MatTMulF32ColsFn ChooseMatTMulF32Cols() { return &HWY_DYNAMIC_DISPATCH(MatTMulF32ColsImpl); }
 }  // namespace internal
 

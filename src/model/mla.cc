@@ -34,8 +34,9 @@ constexpr int64_t kMlaBlockScoreFloats = int64_t{2} << 20;
 // One position's transposed queries and scores have their heads padded to a multiple of the widest
 // vector (16 floats), so the narrow products never take the scalar column tail.
 constexpr int64_t kHeadLanes = 16;
-// Waves shorter than this attend one position at a time: transposing the whole cache for them
-// (a verify pass of a few positions on a long context) would cost more than it saves.
+// Waves shorter than this attend one position at a time: transposing the whole cache costs
+// (start + n)·(kv_lora + rope) copies against n·heads times as many multiply-adds, too much for a
+// verify pass of a few positions on a long context.
 constexpr int64_t kMinPositionsForTransposedKeys = 16;
 // Cached latents weighted per call while a block of several positions is attended: a run that
 // stays in the core's cache while every position of the block uses it.
@@ -132,13 +133,13 @@ void AttendBlock(const ModelConfig& c, const MlaWeights& w, const MlaCache& cach
       for (int64_t p = 0; p < visible(v); ++p) sv[p] *= scale;
     }
   } else {  // one position: scores_t[p, h] = Σ_c q_t[c, h]·key_p[c], the cache's rows as x
-    const int64_t lanes = PaddedHeads(c), seen = stride;
+    const int64_t lanes = PaddedHeads(c);
     float* q_t = s->q_t.data();
     float* scores_t = s->scores_t.data();
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t d = 0; d < key; ++d) q_t[d * lanes + h] = q_cat[h * key + d];
     }
-    DefaultPool().ParallelRanges(seen, kScoreGrain, [&](int64_t p0, int64_t p1) {
+    DefaultPool().ParallelRanges(stride, kScoreGrain, [&](int64_t p0, int64_t p1) {
       float* part = scores_t + p0 * lanes;
       kernels::MatTMulF32Part({q_t, lanes}, lora, lanes, cache.latent.data() + p0 * lora, lora,
                               p1 - p0, true, {part, lanes});

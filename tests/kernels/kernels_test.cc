@@ -123,33 +123,7 @@ TEST_P(KernelsTest, MatTVecBf16) {
   }
 }
 
-// MLA attention's fp32 products over the latent cache: scores (rows × query vectors, written with
-// a row stride) and the weighted latent sum (transposed), against the references.
-TEST_P(KernelsTest, MatMulF32) {
-  std::mt19937 rng(31);
-  std::vector<int64_t> cols_list(std::begin(kColsList), std::end(kColsList));
-  cols_list.insert(cols_list.end(), {128, 160});  // MLA's latent and rope widths
-  for (int64_t rows : kRowsList) {
-    for (int64_t cols : cols_list) {
-      for (int64_t n : {1, 2, 3, 5, 8, 9, 12}) {
-        const int64_t stride = rows + 3;
-        const auto w = RandomFloats(rng, static_cast<size_t>(rows * cols));
-        const auto x = RandomFloats(rng, static_cast<size_t>(n * cols));
-        std::vector<float> want(static_cast<size_t>(n * stride), -7.0f), got(want);
-        ref::MatMulF32(w.data(), rows, cols, x.data(), n, want.data(), stride);
-        MatMulF32(w.data(), rows, cols, x.data(), n, got.data(), stride);
-        SCOPED_TRACE("rows=" + std::to_string(rows) + " cols=" + std::to_string(cols) +
-                     " n=" + std::to_string(n));
-        ExpectSame(want, got, "MatMulF32");
-        for (int64_t r = 0; r < rows; ++r) {
-          ASSERT_EQ(want[static_cast<size_t>(r)],
-                    DotF32(w.data() + r * cols, x.data(), cols));  // the documented identity
-        }
-      }
-    }
-  }
-}
-
+// MLA attention's weighted latent sum (transposed), against the reference.
 TEST_P(KernelsTest, MatTMulF32) {
   std::mt19937 rng(32);
   for (int64_t rows : {1, 3, 17, 64, 300}) {
@@ -614,11 +588,10 @@ TEST_P(KernelsTest, ThreadCountDoesNotChangeResults) {
   const auto wb = RandomBf16(rng, static_cast<size_t>(rows * cols));
   const auto x = RandomFloats(rng, static_cast<size_t>(n * cols));
   std::vector<float> want(static_cast<size_t>(n * rows)), wantb(want.size());
-  // fp32: the latent-cache products, rows and columns split over the pool.
+  // fp32: the weighted latent sum, columns split over the pool.
   const auto wf = RandomFloats(rng, static_cast<size_t>(rows * cols));
   const auto xt = RandomFloats(rng, static_cast<size_t>(n * rows));
-  std::vector<float> wantf(want.size()), wantt(static_cast<size_t>(n * cols));
-  ref::MatMulF32(wf.data(), rows, cols, x.data(), n, wantf.data(), rows);
+  std::vector<float> wantt(static_cast<size_t>(n * cols));
   ref::MatTMulF32(wf.data(), rows, cols, xt.data(), n, wantt.data());
   std::vector<float> want_situ(x.size());
   for (size_t i = 0; i < x.size(); ++i) want_situ[i] = ref::Situ(wf[i], x[i], 4.0f, 25.0f);
@@ -636,8 +609,6 @@ TEST_P(KernelsTest, ThreadCountDoesNotChangeResults) {
     ExpectSame(want, got, "MatMulMxfp4");
     MatMulBf16(wb.data(), rows, cols, x.data(), n, got.data());
     ExpectSame(wantb, got, "MatMulBf16");
-    MatMulF32(wf.data(), rows, cols, x.data(), n, got.data(), rows);
-    ExpectSame(wantf, got, "MatMulF32");
     std::vector<float> gott(wantt.size());
     MatTMulF32(wf.data(), rows, cols, xt.data(), n, gott.data());
     ExpectSame(wantt, gott, "MatTMulF32");

@@ -38,14 +38,6 @@ float DotF32(const float* a, const float* b, int64_t n) {
   return DotLanes([a](int64_t i) { return a[i]; }, b, n);
 }
 
-void MatMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
-               int64_t y_stride) {
-  for (int64_t v = 0; v < n; ++v) {
-    for (int64_t r = 0; r < rows; ++r)
-      y[v * y_stride + r] = DotF32(w + r * cols, x + v * cols, cols);
-  }
-}
-
 void MatTMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y) {
   MatTMulF32Part(w, cols, rows, cols, x, rows, n, true, y, cols);
 }

@@ -11,8 +11,6 @@ void MatTVecBf16(const uint16_t* w, int64_t rows, int64_t cols, const float* x, 
 void MatVecMxfp4(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
                  const float* x, float* y);
 float DotF32(const float* a, const float* b, int64_t n);
-void MatMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y,
-               int64_t y_stride);
 void MatTMulF32(const float* w, int64_t rows, int64_t cols, const float* x, int64_t n, float* y);
 void MatTMulF32Part(const float* w, int64_t w_stride, int64_t rows, int64_t cols, const float* x,
                     int64_t x_stride, int64_t n, bool first, float* y, int64_t y_stride);
