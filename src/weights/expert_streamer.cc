@@ -262,8 +262,9 @@ Status ExpertStreamer::Begin(int64_t layer, std::span<const int32_t> experts, Se
       if (x.state == SlotState::kReady) LruUnlinkLocked(s);
       x.prefetched = false;
     } else {
-      // Slots outside this Begin are unpinned, and guesses hold at most a quarter of them plus
-      // one per I/O thread, so one is found (max_batch()).
+      // Slots outside this Begin are unpinned and not waiting to be read (End cancels a cut-short
+      // layer's reads that had not started), and guesses hold at most a quarter of them plus one
+      // per I/O thread, so one is found (max_batch()).
       s = TakeSlotLocked(false);
       DF_CHECK(s >= 0, "no expert slot free");
       QueueReadLocked(s, key, &demand_q_, stats);
@@ -312,7 +313,16 @@ void ExpertStreamer::End() {
   for (const int32_t s : current_) {
     Slot& x = slots_[static_cast<size_t>(s)];
     x.pinned = false;
-    if (x.state == SlotState::kFailed) {
+    if (x.state == SlotState::kQueued) {
+      // A layer cut short (an error, an interrupt): its demand reads not started yet are
+      // cancelled, so the next layer finds their slots free (Begin counts on it).
+      const auto queued = std::find(demand_q_.begin(), demand_q_.end(), s);
+      if (queued != demand_q_.end()) {
+        demand_q_.erase(queued);
+        io_stats_->expert_bytes_read -= disk_bytes_[static_cast<size_t>(x.key)];
+        DropLocked(s);
+      }
+    } else if (x.state == SlotState::kFailed) {
       DropLocked(s);  // read again next time
     } else if (x.state == SlotState::kReady) {
       LruPushLocked(s);

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <numeric>
 #include <thread>
 
 #include "deltafin/engine.h"
@@ -394,6 +395,51 @@ class TwoDriveReader : public ExpertSpanReader {
   std::condition_variable cv_;
   bool released_ = false;
 };
+
+// A layer cut short (an interrupt or an error: End without every WaitAny) while its reads are
+// queued behind a stalled one: End cancels the reads not started, so the next layer's full batch
+// finds slots (it used to find the cut layer's queued slots unusable: "no expert slot free").
+TEST_F(StreamerFixture, ALayerCutShortCancelsItsQueuedReads) {
+  auto inner = OpenShardSpanReader(*weights_, true);
+  ASSERT_TRUE(inner.ok()) << inner.status().message();
+  auto reader = std::make_unique<TestReader>(std::move(*inner));
+  TestReader* held = reader.get();
+  ExpertStreamOptions so;
+  so.io_threads = 1;
+  so.cache_bytes = 16 * ExpertStreamer::SlotBytes(weights_->config);
+  auto made = ExpertStreamer::Create(*weights_, so, std::move(reader));
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  ExpertStreamer& s = **made;
+  const int64_t batch = s.max_batch();  // 16 - 4 - 1
+  ASSERT_LE(batch, weights_->config.num_experts);
+  std::vector<int32_t> experts(static_cast<size_t>(batch));
+  std::iota(experts.begin(), experts.end(), 0);
+  SessionStats stats;
+  held->Hold();
+  ASSERT_TRUE(s.Begin(1, experts, &stats).ok());
+  held->WaitForReads(1);  // one read in flight (held), the rest queued
+  s.End();                // the layer gives up
+  const uint64_t one_expert = stats.expert_bytes_read;  // only the read that started counts
+  ASSERT_TRUE(s.Begin(2, experts, &stats).ok());
+  held->Release();
+  for (int64_t i = 0; i < batch; ++i) {
+    auto ready = s.WaitAny(&stats);
+    ASSERT_TRUE(ready.ok()) << ready.status().message();
+  }
+  s.End();
+  EXPECT_EQ(held->reads.load(), 1 + batch);  // the cancelled reads never ran
+  // The bytes counted are the started read's and layer 2's, nothing for the cancelled ones.
+  const auto disk_bytes = [&](int64_t layer, int32_t e) {
+    return held->DiskBytes(weights_->layers[static_cast<size_t>(layer)].moe.expert_shard,
+                           Offset(layer, e), weights_->expert_layout.bytes);
+  };
+  uint64_t layer2 = 0;
+  for (const int32_t e : experts) layer2 += disk_bytes(2, e);
+  EXPECT_TRUE(std::any_of(experts.begin(), experts.end(), [&](int32_t e) {
+    return disk_bytes(1, e) == one_expert;
+  })) << one_expert;
+  EXPECT_EQ(stats.expert_bytes_read, one_expert + layer2);
+}
 
 TEST_F(StreamerFixture, AStalledDriveDoesNotHoldUpReadsOfAnother) {
   constexpr int64_t kLayer = 1;
