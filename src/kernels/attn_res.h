@@ -3,6 +3,7 @@
 // about 4 G multiply-adds of scalar code at the bench width before these were vectorised.
 // model/ops.cc (AttnResMix) composes them with RmsNorm's statistic and the softmax. Both keep the
 // reference's operation order (ref/attn_res_ref.h), so every target gives the same bits.
+// AddScaled is also LatentMoE's combine (model/moe.cc: r += w_e·y_e per selected expert).
 #pragma once
 
 #include <cstdint>

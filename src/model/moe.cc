@@ -8,6 +8,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/activation.h"
+#include "kernels/attn_res.h"
 #include "kernels/matvec.h"
 #include "model/linear.h"
 #include "model/ops.h"
@@ -28,6 +29,7 @@ void FfnScratch::Reserve(const ModelConfig& c, int64_t max_positions) {
   z.Resize(sz(n * latent));
   z_gathered.Resize(sz(n * latent));
   work.Resize(sz(n * k));
+  work_row.Resize(sz(n * k));
   work_begin.Resize(sz(c.num_experts + 1));
   work_cursor.Resize(sz(c.num_experts));
   needed.Resize(sz(std::min(n * k, c.num_experts)));
@@ -38,16 +40,15 @@ void FfnScratch::Reserve(const ModelConfig& c, int64_t max_positions) {
   guess_union.Resize(sz(std::min(n * k, c.num_experts)));
   u1.Resize(sz(n * inter));
   u3.Resize(sz(n * inter));
-  y_expert.Resize(sz(n * latent));
-  y_slots.Resize(sz(n * k * latent));
+  y_work.Resize(sz(n * k * latent));
   r.Resize(sz(n * latent));
   routed.Resize(sz(n * c.hidden_size));
 }
 
 uint64_t FfnScratch::Bytes() const {
   return BufferBytes(gate, up, router_logits, router_scratch, ids, weights, z, z_gathered, work,
-                     work_begin, work_cursor, needed, mark, guess_ids, guess_weights, guess_union,
-                     u1, u3, y_expert, y_slots, r, routed);
+                     work_row, work_begin, work_cursor, needed, mark, guess_ids, guess_weights,
+                     guess_union, u1, u3, y_work, r, routed);
 }
 
 void GatedFfnForward(const ModelConfig& c, const GatedFfnWeights& w, const float* x, int64_t n,
@@ -102,8 +103,12 @@ void BuildWorkLists(const int32_t* ids, int64_t count, const int32_t* needed, in
     begin[j + 1] += begin[j];
     cursor[j] = begin[j];
   }
-  for (int64_t i = 0; i < count; ++i)
-    s->work[static_cast<size_t>(cursor[mark[ids[i]]]++)] = static_cast<int32_t>(i);
+  int32_t* work_row = s->work_row.data();
+  for (int64_t i = 0; i < count; ++i) {
+    const int32_t row = cursor[mark[ids[i]]]++;
+    s->work[static_cast<size_t>(row)] = static_cast<int32_t>(i);
+    work_row[i] = row;
+  }
   for (int64_t j = 0; j < m; ++j) mark[needed[j]] = -1;
 }
 
@@ -113,9 +118,9 @@ int64_t Members(const FfnScratch& s, int64_t j) {
 }
 
 // One routed expert of a layer over the positions that chose it, using scratch rows
-// [row0, row0 + members) of z_gathered, u1, u3 and y_expert (so experts with disjoint rows can
-// run at once): gathers the positions' latent inputs, w1 and w3, SiTU, w2, and scatters each
-// row's output to the selection slot it answers.
+// [row0, row0 + members) of z_gathered, u1 and u3 (so experts with disjoint rows can run at
+// once): gathers the positions' latent inputs, w1 and w3, SiTU, and w2 straight into the
+// expert's rows of y_work (its work list's rows, which no other expert writes).
 struct ExpertJob {
   int64_t j;            // index into the layer's needed experts and work lists
   const uint8_t* span;  // the expert's bytes (ExpertLayout), valid until the source's End
@@ -132,7 +137,8 @@ void RunExpert(const ModelConfig& c, const ExpertLayout& layout, FfnScratch* s,
   float* z = s->z_gathered.data() + job.row0 * latent;
   float* u1 = s->u1.data() + job.row0 * inter;
   float* u3 = s->u3.data() + job.row0 * inter;
-  float* y = s->y_expert.data() + job.row0 * latent;
+  float* y =
+      s->y_work.data() + static_cast<int64_t>(s->work_begin[static_cast<size_t>(job.j)]) * latent;
   for (int64_t q = 0; q < members; ++q) {
     std::memcpy(z + q * latent, s->z.data() + (list[q] / k) * latent, latent_bytes);
   }
@@ -144,10 +150,6 @@ void RunExpert(const ModelConfig& c, const ExpertLayout& layout, FfnScratch* s,
   kernels::SituInPlace(u1, u3, members * inter, c.situ_beta, c.situ_linear_beta);
   kernels::MatMulMxfp4(span + layout.w2_packed, span + layout.w2_scale, latent, inter, u1, members,
                        y);
-  for (int64_t q = 0; q < members; ++q) {
-    std::memcpy(s->y_slots.data() + static_cast<int64_t>(list[q]) * latent, y + q * latent,
-                latent_bytes);
-  }
 }
 
 // Selections per expert (positions × top-k ÷ experts) from which the lookahead guesses a whole
@@ -319,16 +321,18 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
     Charge(timer, wait);
   }
 
-  // Combine in selection order: acc += w_e·y_e (docs/MODEL.md §6.1), then the latent norm; each
-  // position on its own, so the positions split over the pool (the norm is charged with them).
+  // Combine in selection order: acc += w_e·y_e (docs/MODEL.md §6.1: a multiply, then an add,
+  // from +0), then the latent norm; each position on its own, so the positions split over the
+  // pool (the norm is charged with them).
   DefaultPool().ParallelRanges(n, kCombineGrain, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       float* r = s->r.data() + t * latent;
       std::fill(r, r + latent, 0.0f);
       for (int64_t slot = 0; slot < k; ++slot) {
-        const float we = s->weights[static_cast<size_t>(t * k + slot)];
-        const float* y = s->y_slots.data() + (t * k + slot) * latent;
-        for (int64_t d = 0; d < latent; ++d) r[d] += y[d] * we;
+        const auto i = static_cast<size_t>(t * k + slot);
+        kernels::AddScaled(r, s->weights[i],
+                           s->y_work.data() + static_cast<int64_t>(s->work_row[i]) * latent,
+                           latent);
       }
       if (c.latent_moe_use_norm) RmsNorm(r, w.latent_norm.data(), latent, c.rms_norm_eps, r);
     }

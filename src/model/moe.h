@@ -36,6 +36,7 @@ struct FfnScratch {
   AlignedBuffer<float> z_gathered;  // [n, latent] rows of the positions routed to one expert
   // Work lists: the selections (t*top_k + slot) of each expert of `needed`, grouped by expert.
   AlignedBuffer<int32_t> work;         // [n*top_k]
+  AlignedBuffer<int32_t> work_row;     // [n*top_k] selection t*top_k + slot -> its index in work
   AlignedBuffer<int32_t> work_begin;   // [experts + 1] expert j's list starts at work_begin[j]
   AlignedBuffer<int32_t> work_cursor;  // [experts]
   AlignedBuffer<int32_t> needed;       // [min(n*top_k, experts)] the union, in file order
@@ -44,10 +45,11 @@ struct FfnScratch {
   AlignedBuffer<float> guess_weights;  // [n, top_k]
   AlignedBuffer<int32_t> guess_union;  // [min(n*top_k, experts)]
   AlignedBuffer<float> u1, u3;         // [n, inter]
-  AlignedBuffer<float> y_expert;       // [n, latent]
-  AlignedBuffer<float> y_slots;        // [n, top_k, latent]
-  AlignedBuffer<float> r;              // [n, latent]
-  AlignedBuffer<float> routed;         // [n, H]
+  // [n*top_k, latent]: expert outputs in work-list order (expert j's rows at work_begin[j]..),
+  // written by the products directly; the combine finds selection i's row at work_row[i].
+  AlignedBuffer<float> y_work;
+  AlignedBuffer<float> r;       // [n, latent]
+  AlignedBuffer<float> routed;  // [n, H]
   void Reserve(const ModelConfig& c, int64_t max_positions);
   uint64_t Bytes() const;  // reserved, for Session::ReservedBytes
 };
