@@ -1,5 +1,6 @@
 #include "model/kda.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -7,6 +8,7 @@
 #include "kernels/activation.h"
 #include "kernels/kda_state.h"
 #include "kernels/matvec.h"
+#include "kernels/short_conv.h"
 #include "model/linear.h"
 #include "model/ops.h"
 
@@ -24,28 +26,6 @@ constexpr int64_t kConvSideBySideMinPositions = 64;
 
 // fla's in-kernel l2norm: u / sqrt(Σu² + 1e-6) (docs/MODEL.md §4.4).
 constexpr float kL2NormEps = 1e-6f;
-
-// Causal depthwise conv over [history (K-1 rows, oldest first), current], before its SiLU (applied
-// by KdaForward to the whole wave), in place on channels [c0, c1) of `cur` [P]; then shifts those
-// channels of `cur` (the raw projection) into the history. Channels never mix, so a wave splits
-// them over the threads.
-void ConvStep(const float* weight, int64_t width, int64_t kernel, float* history, float* cur,
-              float* scratch_raw, int64_t c0, int64_t c1) {
-  const auto bytes = static_cast<size_t>(c1 - c0) * sizeof(float);
-  std::memcpy(scratch_raw + c0, cur + c0, bytes);
-  for (int64_t ch = c0; ch < c1; ++ch) {
-    const float* wc = weight + ch * kernel;
-    float acc = 0.0f;
-    for (int64_t j = 0; j < kernel - 1; ++j) acc += wc[j] * history[j * width + ch];
-    acc += wc[kernel - 1] * scratch_raw[ch];
-    cur[ch] = acc;
-  }
-  // Shift: drop the oldest row, append the raw current projection.
-  for (int64_t j = 0; j + 2 < kernel; ++j) {
-    std::memcpy(history + j * width + c0, history + (j + 1) * width + c0, bytes);
-  }
-  std::memcpy(history + (kernel - 2) * width + c0, scratch_raw + c0, bytes);
-}
 
 void L2Normalize(float* u, int64_t n, float scale) {
   const float sum_sq = kernels::DotF32(u, u, n);
@@ -150,7 +130,7 @@ void KdaScratch::Reserve(const ModelConfig& c, int64_t max_positions) {
   for (AlignedBuffer<float>* b : {&q, &k, &v, &gate, &decay, &out}) b->Resize(np);
   f_low.Resize(static_cast<size_t>(max_positions * c.kda_head_dim));
   beta.Resize(static_cast<size_t>(max_positions * c.kda_heads));
-  window.Resize(static_cast<size_t>(c.kda_width()));
+  window.Resize(static_cast<size_t>(std::max<int64_t>(c.conv_kernel_size - 1, 1) * c.kda_width()));
 }
 
 uint64_t KdaScratch::Bytes() const {
@@ -193,14 +173,12 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
     }
   }
   const auto conv_channels = [&](int64_t c0, int64_t c1) {
-    for (int64_t t = 0; t < n; ++t) {
-      ConvStep(w.q_conv, p, kernel, state->conv_q.data(), s->q.data() + t * p, s->window.data(), c0,
-               c1);
-      ConvStep(w.k_conv, p, kernel, state->conv_k.data(), s->k.data() + t * p, s->window.data(), c0,
-               c1);
-      ConvStep(w.v_conv, p, kernel, state->conv_v.data(), s->v.data() + t * p, s->window.data(), c0,
-               c1);
-    }
+    kernels::ShortConvInPlace(w.q_conv, kernel, state->conv_q.data(), s->q.data(), n, p, c0, c1,
+                              s->window.data());
+    kernels::ShortConvInPlace(w.k_conv, kernel, state->conv_k.data(), s->k.data(), n, p, c0, c1,
+                              s->window.data());
+    kernels::ShortConvInPlace(w.v_conv, kernel, state->conv_v.data(), s->v.data(), n, p, c0, c1,
+                              s->window.data());
   };
   if (n >= kConvSideBySideMinPositions) {
     DefaultPool().ParallelRanges(p, kConvChannelGrain, conv_channels);

@@ -31,7 +31,7 @@ struct KdaScratch {
   AlignedBuffer<float> q, k, v, gate, decay, out;  // [n, P]
   AlignedBuffer<float> f_low;                      // [n, head_dim]
   AlignedBuffer<float> beta;                       // [n, heads]
-  AlignedBuffer<float> window;                     // [P] conv accumulation
+  AlignedBuffer<float> window;  // [max(K-1, 1), P] the convolutions' next history, then δ [P]
   void Reserve(const ModelConfig& c, int64_t max_positions);
   uint64_t Bytes() const;
 };
