@@ -182,6 +182,12 @@ void RunGroup(ExpertGroup* g) {
   if (g->count == 1) {
     RunExpert(*g->c, *g->layout, g->s, g->jobs[0]);
   } else if (g->count > 1) {
+    // Largest first (each expert's work grows with its rows): the threads take the small ones
+    // last and finish close together. Order does not matter to the results (disjoint rows).
+    std::sort(g->jobs.begin(), g->jobs.begin() + g->count,
+              [s = g->s](const ExpertJob& a, const ExpertJob& b) {
+                return Members(*s, a.j) > Members(*s, b.j);
+              });
     g->next.store(0, std::memory_order_relaxed);
     DefaultPool().Run(
         [](void* ctx, int, int) {
@@ -268,11 +274,13 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
   ExpertGroup group{&c, &layout, s};
   const int threads = DefaultPool().num_threads();
   // Experts all in RAM run in groups as large as the scratch allows (one pool hand-off per group);
-  // streamed ones a few per thread, so the first to arrive compute while the rest load.
+  // streamed ones up to 16 per thread, so the first to arrive compute while the rest load. (At 4
+  // a thread, a 2,048-position wave's threads waited 8 % of the group time at the group ends;
+  // at 16, largest first, 1 %.)
   const int64_t group_limit =
       (threads > 1 && n >= kExpertsSideBySideMinPositions)
           ? (source->always_ready() ? kMaxExpertGroup
-                                    : std::min<int64_t>(kMaxExpertGroup, int64_t{4} * threads))
+                                    : std::min<int64_t>(kMaxExpertGroup, int64_t{16} * threads))
           : 1;
   for (int64_t b0 = 0; b0 < m; b0 += batch) {
     const int64_t b1 = std::min(m, b0 + batch);
