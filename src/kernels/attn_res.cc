@@ -64,6 +64,27 @@ void AddScaledImpl(float* out, float a, const float* v, int64_t width) {
 #endif
 }
 
+void RmsScaleImpl(const float* x, float inv, const float* w, int64_t width, float* out) {
+#if HWY_TARGET == HWY_SCALAR
+  ref::RmsScale(x, inv, w, width, out);
+#else
+  using D = hn::ScalableTag<float>;
+  const D d;
+  const auto lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto vinv = hn::Set(d, inv);
+  int64_t i = 0;
+  if (w != nullptr) {
+    for (; i + lanes <= width; i += lanes) {
+      hn::StoreU(hn::Mul(hn::LoadU(d, w + i), hn::Mul(hn::LoadU(d, x + i), vinv)), d, out + i);
+    }
+  } else {
+    for (; i + lanes <= width; i += lanes)
+      hn::StoreU(hn::Mul(hn::LoadU(d, x + i), vinv), d, out + i);
+  }
+  ref::RmsScale(x + i, inv, w != nullptr ? w + i : nullptr, width - i, out + i);
+#endif
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace deltafin::kernels
 HWY_AFTER_NAMESPACE();
@@ -72,6 +93,7 @@ HWY_AFTER_NAMESPACE();
 namespace deltafin::kernels {
 HWY_EXPORT(AttnResScoreImpl);
 HWY_EXPORT(AddScaledImpl);
+HWY_EXPORT(RmsScaleImpl);
 
 float AttnResScore(const float* v, float inv_rms, const float* q, int64_t width) {
   return HWY_DYNAMIC_DISPATCH(AttnResScoreImpl)(v, inv_rms, q, width);
@@ -79,6 +101,10 @@ float AttnResScore(const float* v, float inv_rms, const float* q, int64_t width)
 
 void AddScaled(float* out, float a, const float* v, int64_t width) {
   HWY_DYNAMIC_DISPATCH(AddScaledImpl)(out, a, v, width);
+}
+
+void RmsScale(const float* x, float inv, const float* w, int64_t width, float* out) {
+  HWY_DYNAMIC_DISPATCH(RmsScaleImpl)(x, inv, w, width, out);
 }
 }  // namespace deltafin::kernels
 #endif  // HWY_ONCE

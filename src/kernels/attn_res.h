@@ -3,7 +3,8 @@
 // about 4 G multiply-adds of scalar code at the bench width before these were vectorised.
 // model/ops.cc (AttnResMix) composes them with RmsNorm's statistic and the softmax. Both keep the
 // reference's operation order (ref/attn_res_ref.h), so every target gives the same bits.
-// AddScaled is also LatentMoE's combine (model/moe.cc: r += w_e·y_e per selected expert).
+// AddScaled is also LatentMoE's combine (model/moe.cc: r += w_e·y_e per selected expert), and
+// RmsScale the element-wise pass of every RMSNorm (model/ops.cc), which a wave runs per position.
 #pragma once
 
 #include <cstdint>
@@ -17,5 +18,9 @@ float AttnResScore(const float* v, float inv_rms, const float* q, int64_t width)
 
 // out[d] += a·v[d] for d in [0, width): a multiply, then an add.
 void AddScaled(float* out, float a, const float* v, int64_t width);
+
+// out[d] = w[d]·(x[d]·inv) for d in [0, width), or x[d]·inv when w is null: two multiplies in that
+// order (normalise first, then weight). out may be x.
+void RmsScale(const float* x, float inv, const float* w, int64_t width, float* out);
 
 }  // namespace deltafin::kernels

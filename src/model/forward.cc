@@ -169,9 +169,7 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
       Mix(lw.attn_res_query, n, n_anchors, mixed_.data());
       attn_in = mixed_.data();
     }
-    for (int64_t t = 0; t < n; ++t) {
-      RmsNorm(attn_in + t * h, lw.input_norm.data(), h, c_.rms_norm_eps, normed_.data() + t * h);
-    }
+    RmsNormRows(attn_in, lw.input_norm.data(), n, h, c_.rms_norm_eps, normed_.data());
     // 2. A block boundary pushes the finished block after the attention-side mix.
     const bool boundary = i % c_.attn_res_block_size == 0;
     if (boundary) {
@@ -196,17 +194,14 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
     Emit(n, i, "attn_out", sublayer_.data(), h);
     timer_.Charge(OpFamily::kOther);
     // 4. The partial restarts from the attention output at a boundary.
-    for (int64_t j = 0; j < n * h; ++j) {
-      partial_[static_cast<size_t>(j)] =
-          boundary ? sublayer_[static_cast<size_t>(j)]
-                   : partial_[static_cast<size_t>(j)] + sublayer_[static_cast<size_t>(j)];
+    if (boundary) {
+      std::memcpy(partial_.data(), sublayer_.data(), static_cast<size_t>(n * h) * sizeof(float));
+    } else {
+      AddRows(sublayer_.data(), n * h, partial_.data());
     }
     // 5–7. FFN on the mix of anchors and partial; its output joins the partial.
     Mix(lw.mlp_res_query, n, n_anchors, mixed_.data());
-    for (int64_t t = 0; t < n; ++t) {
-      RmsNorm(mixed_.data() + t * h, lw.post_attn_norm.data(), h, c_.rms_norm_eps,
-              normed_.data() + t * h);
-    }
+    RmsNormRows(mixed_.data(), lw.post_attn_norm.data(), n, h, c_.rms_norm_eps, normed_.data());
     timer_.Charge(OpFamily::kAttnRes);
     Emit(n, i, "ffn_in", normed_.data(), h);
     timer_.Charge(OpFamily::kOther);
@@ -252,10 +247,7 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
       DF_RETURN_IF_ERROR(AcquireSpine(i + 1));
       const LayerWeights& next = Layer(i + 1);
       Mix(next.mlp_res_query, n, n_anchors, mixed_.data());
-      for (int64_t t = 0; t < n; ++t) {
-        RmsNorm(mixed_.data() + t * h, next.post_attn_norm.data(), h, c_.rms_norm_eps,
-                normed_.data() + t * h);
-      }
+      RmsNormRows(mixed_.data(), next.post_attn_norm.data(), n, h, c_.rms_norm_eps, normed_.data());
       timer_.Charge(OpFamily::kAttnRes);
       const ExpertAccess access{&w_.expert_layout, experts_, nullptr, &stats_, &timer_};
       PrefetchGuess(c_, next.moe, i + 1, access, normed_.data(), n, &ffn_scratch_);

@@ -352,7 +352,7 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
     GatedFfnForward(c, w.shared, x, n, s, out);
     Charge(timer, OpFamily::kSharedExperts);
   }
-  for (int64_t i = 0; i < n * hidden; ++i) out[i] = s->routed[static_cast<size_t>(i)] + out[i];
+  AddRows(s->routed.data(), n * hidden, out);
   Charge(timer, OpFamily::kRoutedExperts);
   return Status::Ok();
 }

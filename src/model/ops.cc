@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "base/thread_pool.h"
 #include "kernels/activation.h"
 #include "kernels/attn_res.h"
 #include "kernels/matvec.h"
@@ -14,10 +15,22 @@ namespace deltafin {
 void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out) {
   const float mean_sq = kernels::DotF32(x, x, n) / static_cast<float>(n);
   const float inv = 1.0f / std::sqrt(mean_sq + eps);
-  for (int64_t i = 0; i < n; ++i) {
-    const float normed = x[i] * inv;  // normalise first, then weight (reference order)
-    out[i] = w ? w[i] * normed : normed;
-  }
+  kernels::RmsScale(x, inv, w, n, out);  // normalise first, then weight (reference order)
+}
+
+void RmsNormRows(const float* x, const float* w, int64_t rows, int64_t width, float eps,
+                 float* out) {
+  constexpr int64_t kRowGrain = 32;  // rows per part: a decode step stays on its thread
+  DefaultPool().ParallelRanges(rows, kRowGrain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) RmsNorm(x + r * width, w, width, eps, out + r * width);
+  });
+}
+
+void AddRows(const float* v, int64_t count, float* out) {
+  constexpr int64_t kGrain = 32 * 1024;  // elements per part
+  DefaultPool().ParallelRanges(count, kGrain, [&](int64_t i0, int64_t i1) {
+    kernels::AddScaled(out + i0, 1.0f, v + i0, i1 - i0);  // 1·v is v exactly: out + v
+  });
 }
 
 void AttnResMix(const float* const* sources, int64_t n_sources, const float* query, int64_t width,

@@ -13,6 +13,11 @@ namespace deltafin {
 // out = w ⊙ (x / sqrt(mean(x²) + eps)); statistics in fp32. `w` may be null (no weight).
 // In-place (out == x) is allowed.
 void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out);
+// RmsNorm of each of `rows` rows of width `width` (a wave's positions, split over the pool).
+void RmsNormRows(const float* x, const float* w, int64_t rows, int64_t width, float eps,
+                 float* out);
+// out[i] = out[i] + v[i] for i in [0, count) (one IEEE add each; split over the pool).
+void AddRows(const float* v, int64_t count, float* out);
 
 // SiTU is a kernel (kernels/activation.h): a wave applies it to every FFN's whole rows.
 

@@ -606,6 +606,17 @@ TEST_P(KernelsTest, AttnResMatchesReference) {
     ref::AddScaled(out_want.data(), 0.3f, v.data(), width);
     AddScaled(out_got.data(), 0.3f, v.data(), width);
     ExpectSameBits(out_want, out_got, "AddScaled width " + std::to_string(width));
+    // RmsScale with and without a weight, into another buffer and in place.
+    const auto w = RandomFloats(rng, static_cast<size_t>(width));
+    for (const float* weight : {w.data(), static_cast<const float*>(nullptr)}) {
+      std::vector<float> scaled_want(static_cast<size_t>(width)), scaled_got(scaled_want.size());
+      ref::RmsScale(v.data(), inv_rms, weight, width, scaled_want.data());
+      RmsScale(v.data(), inv_rms, weight, width, scaled_got.data());
+      ExpectSameBits(scaled_want, scaled_got, "RmsScale width " + std::to_string(width));
+      auto in_place = v;
+      RmsScale(in_place.data(), inv_rms, weight, width, in_place.data());
+      ExpectSameBits(scaled_want, in_place, "RmsScale in place width " + std::to_string(width));
+    }
   }
 }
 

@@ -15,4 +15,11 @@ void AddScaled(float* out, float a, const float* v, int64_t width) {
   for (int64_t d = 0; d < width; ++d) out[d] += a * v[d];
 }
 
+void RmsScale(const float* x, float inv, const float* w, int64_t width, float* out) {
+  for (int64_t d = 0; d < width; ++d) {
+    const float normed = x[d] * inv;
+    out[d] = w != nullptr ? w[d] * normed : normed;
+  }
+}
+
 }  // namespace deltafin::kernels::ref
