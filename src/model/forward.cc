@@ -12,6 +12,11 @@
 
 namespace deltafin {
 
+namespace {
+// Positions per part of a wave's AttnRes work: a short pass stays on one thread.
+constexpr int64_t kMixGrain = 32;
+}  // namespace
+
 ForwardPass::ForwardPass(const ModelWeights& weights, int64_t max_chunk, int64_t capacity,
                          int64_t max_verify_rows, KdaRollbackMode rollback)
     : w_(weights),
@@ -47,6 +52,7 @@ ForwardPass::ForwardPass(const ModelWeights& weights, int64_t max_chunk, int64_t
   auto sz = [](int64_t v) { return static_cast<size_t>(v); };
   partial_.Resize(sz(n * h));
   anchors_.Resize(sz(n * max_anchors_ * h));
+  anchor_inv_rms_.Resize(sz(n * max_anchors_));
   mixed_.Resize(sz(n * h));
   normed_.Resize(sz(n * h));
   sublayer_.Resize(sz(n * h));
@@ -58,7 +64,7 @@ uint64_t ForwardPass::ReservedBytes() const {
   for (const KdaState& k : kda_) total += k.Bytes();
   for (const MlaCache& m : mla_) total += m.Bytes();
   for (const KdaRollback& r : rollback_) total += r.Bytes();
-  total += BufferBytes(partial_, anchors_, mixed_, normed_, sublayer_, tail_);
+  total += BufferBytes(partial_, anchors_, anchor_inv_rms_, mixed_, normed_, sublayer_, tail_);
   return total;
 }
 
@@ -85,12 +91,11 @@ const float* const* ForwardPass::Sources(int64_t t, int64_t n_anchors, const flo
 // calling thread.
 void ForwardPass::Mix(const AlignedBuffer<float>& query, int64_t n, int64_t n_anchors, float* out) {
   const int64_t h = c_.hidden_size;
-  constexpr int64_t kMixGrain = 32;  // positions per part: a short pass stays on one thread
   DefaultPool().ParallelRanges(n, kMixGrain, [&](int64_t t0, int64_t t1) {
     const float* sources[kMaxAttnResSources];
     for (int64_t t = t0; t < t1; ++t) {
       AttnResMix(Sources(t, n_anchors, sources), n_anchors + 1, query.data(), h, c_.rms_norm_eps,
-                 out + t * h);
+                 out + t * h, nullptr, anchor_inv_rms_.data() + t * max_anchors_);
     }
   });
 }
@@ -123,7 +128,7 @@ void ForwardPass::Tail(int64_t t, int64_t n_anchors, float* logits) {
   const int64_t h = c_.hidden_size;
   const float* sources[kMaxAttnResSources];
   AttnResMix(Sources(t, n_anchors, sources), n_anchors + 1, w_.tail_res_query.data(), h,
-             c_.rms_norm_eps, tail_.data());
+             c_.rms_norm_eps, tail_.data(), nullptr, anchor_inv_rms_.data() + t * max_anchors_);
   timer_.Charge(OpFamily::kAttnRes);
   RmsNorm(tail_.data(), w_.final_norm.data(), h, c_.rms_norm_eps, tail_.data());
   timer_.Charge(OpFamily::kLmHead);
@@ -173,10 +178,17 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
     // 2. A block boundary pushes the finished block after the attention-side mix.
     const bool boundary = i % c_.attn_res_block_size == 0;
     if (boundary) {
-      for (int64_t t = 0; t < n; ++t) {
-        std::memcpy(anchors_.data() + (t * max_anchors_ + n_anchors) * h, partial_.data() + t * h,
-                    static_cast<size_t>(h) * sizeof(float));
-      }
+      // Each anchor's RMS statistic once: every later mix of the pass reads it.
+      const int64_t a = n_anchors;
+      DefaultPool().ParallelRanges(n, kMixGrain, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const float* src = partial_.data() + t * h;
+          std::memcpy(anchors_.data() + (t * max_anchors_ + a) * h, src,
+                      static_cast<size_t>(h) * sizeof(float));
+          anchor_inv_rms_[static_cast<size_t>(t * max_anchors_ + a)] =
+              AttnResInvRms(src, h, c_.rms_norm_eps);
+        }
+      });
       ++n_anchors;
     }
     timer_.Charge(OpFamily::kAttnRes);

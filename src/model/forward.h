@@ -128,12 +128,13 @@ class ForwardPass {
   KdaScratch kda_scratch_;
   MlaScratch mla_scratch_;
   FfnScratch ffn_scratch_;
-  AlignedBuffer<float> partial_;   // [n, H] running block sum
-  AlignedBuffer<float> anchors_;   // [n, max_anchors, H] completed blocks (anchor 0 = embedding)
-  AlignedBuffer<float> mixed_;     // [n, H] AttnRes output
-  AlignedBuffer<float> normed_;    // [n, H] RMS-normalised sub-layer input
-  AlignedBuffer<float> sublayer_;  // [n, H] attention or FFN output
-  AlignedBuffer<float> tail_;      // [H]
+  AlignedBuffer<float> partial_;  // [n, H] running block sum
+  AlignedBuffer<float> anchors_;  // [n, max_anchors, H] completed blocks (anchor 0 = embedding)
+  AlignedBuffer<float> anchor_inv_rms_;  // [n, max_anchors] each anchor's AttnResInvRms
+  AlignedBuffer<float> mixed_;           // [n, H] AttnRes output
+  AlignedBuffer<float> normed_;          // [n, H] RMS-normalised sub-layer input
+  AlignedBuffer<float> sublayer_;        // [n, H] attention or FFN output
+  AlignedBuffer<float> tail_;            // [H]
 };
 
 }  // namespace deltafin

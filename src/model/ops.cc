@@ -33,15 +33,20 @@ void AddRows(const float* v, int64_t count, float* out) {
   });
 }
 
+float AttnResInvRms(const float* v, int64_t width, float eps) {
+  return 1.0f / std::sqrt(kernels::DotF32(v, v, width) / static_cast<float>(width) + eps);
+}
+
 void AttnResMix(const float* const* sources, int64_t n_sources, const float* query, int64_t width,
-                float eps, float* out, float* alpha) {
+                float eps, float* out, float* alpha, const float* inv_rms_known) {
   // K3 has at most 9 sources (8 anchors + partial); a fixed array keeps this allocation-free
   // (config parsing refuses more than kMaxAttnResSources).
   float scores[kMaxAttnResSources];
   for (int64_t j = 0; j < n_sources && j < kMaxAttnResSources; ++j) {
     const float* v = sources[j];
-    const float inv_rms =
-        1.0f / std::sqrt(kernels::DotF32(v, v, width) / static_cast<float>(width) + eps);
+    const float inv_rms = inv_rms_known != nullptr && j + 1 < n_sources
+                              ? inv_rms_known[j]
+                              : AttnResInvRms(v, width, eps);
     // Σ (v·inv_rms)·q = inv_rms · Σ v·q up to rounding; keep the reference order: normalise
     // element-wise, then dot (kernels/attn_res.h).
     scores[j] = kernels::AttnResScore(v, inv_rms, query, width);

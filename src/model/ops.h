@@ -24,9 +24,12 @@ void AddRows(const float* v, int64_t count, float* out);
 // Block Attention Residuals mix (docs/MODEL.md §4.3): sources[j] are n_sources vectors of width
 // `width` (the running partial last); score_j = Σ_d rms_normalise(v_j)[d]·query[d]; α =
 // softmax(score); out = Σ_j α_j·v_j over the un-normalised sources. `alpha` receives the weights if
-// non-null.
+// non-null. `inv_rms`, if non-null, holds 1/sqrt(mean(v_j²) + eps) of the first n_sources − 1
+// sources, computed by AttnResInvRms (a wave's anchors: each is mixed by every later layer).
 void AttnResMix(const float* const* sources, int64_t n_sources, const float* query, int64_t width,
-                float eps, float* out, float* alpha = nullptr);
+                float eps, float* out, float* alpha = nullptr, const float* inv_rms = nullptr);
+// 1/sqrt(mean(v²) + eps) over v[0, width), as AttnResMix computes it for a source.
+float AttnResInvRms(const float* v, int64_t width, float eps);
 
 // Router (docs/MODEL.md §4.7): sigmoid scores, correction bias for selection only, optional grouped
 // top-k (group score = sum of the group's 2 best selection scores; best groups kept, ties to the
