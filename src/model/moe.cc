@@ -23,7 +23,8 @@ void FfnScratch::Reserve(const ModelConfig& c, int64_t max_positions) {
   gate.Resize(sz(n * width));
   up.Resize(sz(n * width));
   router_logits.Resize(sz(n * c.num_experts));
-  router_scratch.Resize(sz(2 * c.num_experts + c.num_expert_group));
+  router_threads = std::max(1, DefaultThreadCount());
+  router_scratch.Resize(sz(router_threads * RouterScratchFloats(c)));
   ids.Resize(sz(n * k));
   weights.Resize(sz(n * k));
   z.Resize(sz(n * latent));
@@ -61,6 +62,38 @@ void GatedFfnForward(const ModelConfig& c, const GatedFfnWeights& w, const float
 }
 
 namespace {
+
+// Positions from which a wave's routing splits over the pool (each part with its own scratch).
+constexpr int64_t kRouteSideBySideMinPositions = 64;
+
+// Route of positions [0, n): ids and weights [n, top_k] from logits [n, experts].
+void RouteAll(const ModelConfig& c, const RouterConfig& rc, const float* logits,
+              const float* correction_bias, int64_t n, FfnScratch* s, int32_t* ids,
+              float* weights) {
+  const int64_t k = c.num_experts_per_token, per = RouterScratchFloats(c);
+  const auto route_range = [&](int64_t t0, int64_t t1, float* scratch) {
+    for (int64_t t = t0; t < t1; ++t) {
+      Route(rc, logits + t * c.num_experts, correction_bias, scratch, ids + t * k, weights + t * k);
+    }
+  };
+  ThreadPool& pool = DefaultPool();
+  if (n < kRouteSideBySideMinPositions || pool.num_threads() < 2 ||
+      pool.num_threads() > s->router_threads) {
+    route_range(0, n, s->router_scratch.data());
+    return;
+  }
+  struct Ctx {
+    const decltype(route_range)* f;
+    int64_t n, per;
+    float* scratch;
+  } ctx{&route_range, n, per, s->router_scratch.data()};
+  pool.Run(
+      [](void* p, int index, int count) {
+        const Ctx& x = *static_cast<const Ctx*>(p);
+        (*x.f)(x.n * index / count, x.n * (index + 1) / count, x.scratch + index * x.per);
+      },
+      &ctx);
+}
 
 // The distinct experts of ids[0..count) in order of first appearance, into out; returns how many.
 // `mark` is [experts] of -1 on entry and on return.
@@ -221,10 +254,8 @@ void PrefetchGuess(const ModelConfig& c, const MoeWeights& next, int64_t next_la
     std::iota(s->guess_union.data(), s->guess_union.data() + m, 0);
   } else {
     Linear(next.router, x, n, s->router_logits.data());
-    for (int64_t t = 0; t < n; ++t) {
-      Route(rc, s->router_logits.data() + t * c.num_experts, next.correction_bias,
-            s->router_scratch.data(), s->guess_ids.data() + t * k, s->guess_weights.data() + t * k);
-    }
+    RouteAll(c, rc, s->router_logits.data(), next.correction_bias, n, s, s->guess_ids.data(),
+             s->guess_weights.data());
     m = ExpertUnion(s->guess_ids.data(), n * k, s->mark.data(), s->guess_union.data());
   }
   // In file order, like the layer's own batches: when the guesses are more than the streamer
@@ -245,10 +276,8 @@ Status MoeForward(const ModelConfig& c, const MoeWeights& w, int64_t layer,
   const RouterConfig rc{
       n_experts, k, c.num_expert_group, c.topk_group, c.moe_renormalize, c.routed_scaling_factor};
   Linear(w.router, x, n, s->router_logits.data());
-  for (int64_t t = 0; t < n; ++t) {
-    Route(rc, s->router_logits.data() + t * n_experts, w.correction_bias, s->router_scratch.data(),
-          s->ids.data() + t * k, s->weights.data() + t * k);
-  }
+  RouteAll(c, rc, s->router_logits.data(), w.correction_bias, n, s, s->ids.data(),
+           s->weights.data());
   const int64_t m = ExpertUnion(s->ids.data(), n * k, s->mark.data(), s->needed.data());
   SortByFileOffset(w, s->needed.data(), m);
   BuildWorkLists(s->ids.data(), n * k, s->needed.data(), m, s);

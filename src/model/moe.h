@@ -23,14 +23,20 @@
 
 namespace deltafin {
 
+// Route's scratch for one position (model/ops.h): [2*experts + groups].
+inline int64_t RouterScratchFloats(const ModelConfig& c) {
+  return 2 * c.num_experts + c.num_expert_group;
+}
+
 struct FfnScratch {
   // Gated MLP
   AlignedBuffer<float> gate, up;  // [n, max(dense width, shared width)]
   // Router
   AlignedBuffer<float> router_logits;   // [n, experts]
-  AlignedBuffer<float> router_scratch;  // [2*experts + groups]
-  AlignedBuffer<int32_t> ids;           // [n, top_k] selection order
-  AlignedBuffer<float> weights;         // [n, top_k]
+  AlignedBuffer<float> router_scratch;  // [router_threads, RouterScratchFloats]: one per thread
+  int router_threads = 1;
+  AlignedBuffer<int32_t> ids;    // [n, top_k] selection order
+  AlignedBuffer<float> weights;  // [n, top_k]
   // Latent experts
   AlignedBuffer<float> z;           // [n, latent]
   AlignedBuffer<float> z_gathered;  // [n, latent] rows of the positions routed to one expert
