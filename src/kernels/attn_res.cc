@@ -48,41 +48,48 @@ float AttnResScoreImpl(const float* v, float inv_rms, const float* q, int64_t wi
 #endif
 }
 
-void AddScaledImpl(float* out, float a, const float* v, int64_t width) {
-#if HWY_TARGET == HWY_SCALAR
-  ref::AddScaled(out, a, v, width);
-#else
-  using D = hn::ScalableTag<float>;
-  const D d;
-  const auto lanes = static_cast<int64_t>(hn::Lanes(d));
-  const auto va = hn::Set(d, a);
+#if HWY_TARGET != HWY_SCALAR
+using D = hn::ScalableTag<float>;
+
+// step(i) for every whole vector of elements [i, i + lanes) within [0, width); returns the first
+// element after them (the caller finishes the tail with the reference).
+template <class Step>
+HWY_INLINE int64_t ForEachWholeVector(int64_t width, const Step& step) {
+  const auto lanes = static_cast<int64_t>(hn::Lanes(D()));
   int64_t i = 0;
-  for (; i + lanes <= width; i += lanes) {
-    hn::StoreU(hn::Add(hn::LoadU(d, out + i), hn::Mul(va, hn::LoadU(d, v + i))), d, out + i);
-  }
-  for (; i < width; ++i) out[i] += a * v[i];
+  for (; i + lanes <= width; i += lanes) step(i);
+  return i;
+}
 #endif
+
+void AddScaledImpl(float* out, float a, const float* v, int64_t width) {
+  int64_t done = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const D d;
+  const auto va = hn::Set(d, a);
+  done = ForEachWholeVector(width, [&](int64_t i) HWY_ATTR {
+    hn::StoreU(hn::Add(hn::LoadU(d, out + i), hn::Mul(va, hn::LoadU(d, v + i))), d, out + i);
+  });
+#endif
+  ref::AddScaled(out + done, a, v + done, width - done);
 }
 
 void RmsScaleImpl(const float* x, float inv, const float* w, int64_t width, float* out) {
-#if HWY_TARGET == HWY_SCALAR
-  ref::RmsScale(x, inv, w, width, out);
-#else
-  using D = hn::ScalableTag<float>;
+  int64_t done = 0;
+#if HWY_TARGET != HWY_SCALAR
   const D d;
-  const auto lanes = static_cast<int64_t>(hn::Lanes(d));
   const auto vinv = hn::Set(d, inv);
-  int64_t i = 0;
-  if (w != nullptr) {
-    for (; i + lanes <= width; i += lanes) {
-      hn::StoreU(hn::Mul(hn::LoadU(d, w + i), hn::Mul(hn::LoadU(d, x + i), vinv)), d, out + i);
-    }
-  } else {
-    for (; i + lanes <= width; i += lanes)
-      hn::StoreU(hn::Mul(hn::LoadU(d, x + i), vinv), d, out + i);
-  }
-  ref::RmsScale(x + i, inv, w != nullptr ? w + i : nullptr, width - i, out + i);
+  done = w != nullptr ? ForEachWholeVector(width,
+                                           [&](int64_t i) HWY_ATTR {
+                                             hn::StoreU(hn::Mul(hn::LoadU(d, w + i),
+                                                                hn::Mul(hn::LoadU(d, x + i), vinv)),
+                                                        d, out + i);
+                                           })
+                      : ForEachWholeVector(width, [&](int64_t i) HWY_ATTR {
+                          hn::StoreU(hn::Mul(hn::LoadU(d, x + i), vinv), d, out + i);
+                        });
 #endif
+  ref::RmsScale(x + done, inv, w != nullptr ? w + done : nullptr, width - done, out + done);
 }
 
 }  // namespace HWY_NAMESPACE
