@@ -92,6 +92,18 @@ void RmsScaleImpl(const float* x, float inv, const float* w, int64_t width, floa
   ref::RmsScale(x + done, inv, w != nullptr ? w + done : nullptr, width - done, out + done);
 }
 
+void AddThenScaleImpl(float* x, const float* b, float a, int64_t width) {
+  int64_t done = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const D d;
+  const auto va = hn::Set(d, a);
+  done = ForEachWholeVector(width, [&](int64_t i) HWY_ATTR {
+    hn::StoreU(hn::Mul(va, hn::Add(hn::LoadU(d, x + i), hn::LoadU(d, b + i))), d, x + i);
+  });
+#endif
+  ref::AddThenScale(x + done, b + done, a, width - done);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace deltafin::kernels
 HWY_AFTER_NAMESPACE();
@@ -101,6 +113,7 @@ namespace deltafin::kernels {
 HWY_EXPORT(AttnResScoreImpl);
 HWY_EXPORT(AddScaledImpl);
 HWY_EXPORT(RmsScaleImpl);
+HWY_EXPORT(AddThenScaleImpl);
 
 float AttnResScore(const float* v, float inv_rms, const float* q, int64_t width) {
   return HWY_DYNAMIC_DISPATCH(AttnResScoreImpl)(v, inv_rms, q, width);
@@ -112,6 +125,10 @@ void AddScaled(float* out, float a, const float* v, int64_t width) {
 
 void RmsScale(const float* x, float inv, const float* w, int64_t width, float* out) {
   HWY_DYNAMIC_DISPATCH(RmsScaleImpl)(x, inv, w, width, out);
+}
+
+void AddThenScale(float* x, const float* b, float a, int64_t width) {
+  HWY_DYNAMIC_DISPATCH(AddThenScaleImpl)(x, b, a, width);
 }
 }  // namespace deltafin::kernels
 #endif  // HWY_ONCE

@@ -20,7 +20,12 @@ float AttnResScore(const float* v, float inv_rms, const float* q, int64_t width)
 void AddScaled(float* out, float a, const float* v, int64_t width);
 
 // out[d] = w[d]·(x[d]·inv) for d in [0, width), or x[d]·inv when w is null: two multiplies in that
-// order (normalise first, then weight). out may be x.
+// order (normalise first, then weight). out may be x. (Without w: any vector times a scalar, e.g.
+// KDA's l2norm and gate bound.)
 void RmsScale(const float* x, float inv, const float* w, int64_t width, float* out);
+
+// x[d] = a·(x[d] + b[d]) for d in [0, width): an add, then a multiply (KDA's decay logits,
+// exp(A_log)·(f + dt_bias), one head at a time).
+void AddThenScale(float* x, const float* b, float a, int64_t width);
 
 }  // namespace deltafin::kernels

@@ -6,6 +6,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/activation.h"
+#include "kernels/attn_res.h"
 #include "kernels/kda_state.h"
 #include "kernels/matvec.h"
 #include "kernels/short_conv.h"
@@ -23,6 +24,8 @@ constexpr int64_t kHeadsSideBySideMinPositions = 8;
 // layer for a few hundred multiply-adds per channel.
 constexpr int64_t kConvChannelGrain = 64;
 constexpr int64_t kConvSideBySideMinPositions = 64;
+// Positions per part of a wave's element-wise gate work.
+constexpr int64_t kGatePositionGrain = 64;
 
 // fla's in-kernel l2norm: u / sqrt(Σu² + 1e-6) (docs/MODEL.md §4.4).
 constexpr float kL2NormEps = 1e-6f;
@@ -30,7 +33,7 @@ constexpr float kL2NormEps = 1e-6f;
 void L2Normalize(float* u, int64_t n, float scale) {
   const float sum_sq = kernels::DotF32(u, u, n);
   const float inv = scale / std::sqrt(sum_sq + kL2NormEps);
-  for (int64_t i = 0; i < n; ++i) u[i] *= inv;
+  kernels::RmsScale(u, inv, nullptr, n, u);  // u[i]·inv
 }
 
 void Copy(const AlignedBuffer<float>& from, AlignedBuffer<float>* to) {
@@ -193,15 +196,20 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
   // 2. The gates of every position, element-wise (vector kernels over the whole wave): the
   // log-decay g = lower_bound·σ(exp(A_log[h])·(f + dt_bias)), one A per head (docs/MODEL.md §4.4),
   // turned into the decay factor exp(g); and the output gate σ(g_proj·x).
-  for (int64_t t = 0; t < n; ++t) {
-    float* g = s->decay.data() + t * p;
-    for (int64_t h = 0; h < heads; ++h) {
-      const float a = w.a_exp[static_cast<size_t>(h)];
-      for (int64_t d = h * dim; d < (h + 1) * dim; ++d) g[d] = a * (g[d] + w.dt_bias[d]);
+  DefaultPool().ParallelRanges(n, kGatePositionGrain, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* g = s->decay.data() + t * p;
+      for (int64_t h = 0; h < heads; ++h) {
+        kernels::AddThenScale(g + h * dim, w.dt_bias + h * dim, w.a_exp[static_cast<size_t>(h)],
+                              dim);
+      }
     }
-  }
+  });
   kernels::SigmoidInPlace(s->decay.data(), n * p);
-  for (int64_t i = 0; i < n * p; ++i) s->decay[static_cast<size_t>(i)] *= c.gate_lower_bound;
+  DefaultPool().ParallelRanges(n, kGatePositionGrain, [&](int64_t t0, int64_t t1) {
+    float* g = s->decay.data() + t0 * p;
+    kernels::RmsScale(g, c.gate_lower_bound, nullptr, (t1 - t0) * p, g);  // g·lower_bound
+  });
   kernels::ExpInPlace(s->decay.data(), n * p);
   kernels::SigmoidInPlace(s->gate.data(), n * p);
   Charge(timer, OpFamily::kKdaRecurrence);

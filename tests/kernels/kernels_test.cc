@@ -617,6 +617,11 @@ TEST_P(KernelsTest, AttnResMatchesReference) {
       RmsScale(in_place.data(), inv_rms, weight, width, in_place.data());
       ExpectSameBits(scaled_want, in_place, "RmsScale in place width " + std::to_string(width));
     }
+    auto shifted_want = v;
+    auto shifted_got = v;
+    ref::AddThenScale(shifted_want.data(), w.data(), -0.75f, width);
+    AddThenScale(shifted_got.data(), w.data(), -0.75f, width);
+    ExpectSameBits(shifted_want, shifted_got, "AddThenScale width " + std::to_string(width));
   }
 }
 

@@ -22,4 +22,8 @@ void RmsScale(const float* x, float inv, const float* w, int64_t width, float* o
   }
 }
 
+void AddThenScale(float* x, const float* b, float a, int64_t width) {
+  for (int64_t d = 0; d < width; ++d) x[d] = a * (x[d] + b[d]);
+}
+
 }  // namespace deltafin::kernels::ref
