@@ -186,7 +186,7 @@ Status ForwardPass::Run(const int32_t* tokens, int64_t n, bool all_positions, fl
           std::memcpy(anchors_.data() + (t * max_anchors_ + a) * h, src,
                       static_cast<size_t>(h) * sizeof(float));
           anchor_inv_rms_[static_cast<size_t>(t * max_anchors_ + a)] =
-              AttnResInvRms(src, h, c_.rms_norm_eps);
+              InvRms(src, h, c_.rms_norm_eps);
         }
       });
       ++n_anchors;

@@ -130,7 +130,7 @@ class ForwardPass {
   FfnScratch ffn_scratch_;
   AlignedBuffer<float> partial_;  // [n, H] running block sum
   AlignedBuffer<float> anchors_;  // [n, max_anchors, H] completed blocks (anchor 0 = embedding)
-  AlignedBuffer<float> anchor_inv_rms_;  // [n, max_anchors] each anchor's AttnResInvRms
+  AlignedBuffer<float> anchor_inv_rms_;  // [n, max_anchors] each anchor's InvRms
   AlignedBuffer<float> mixed_;           // [n, H] AttnRes output
   AlignedBuffer<float> normed_;          // [n, H] RMS-normalised sub-layer input
   AlignedBuffer<float> sublayer_;        // [n, H] attention or FFN output

@@ -197,20 +197,19 @@ void KdaForward(const ModelConfig& c, const KdaWeights& w, const float* x, int64
   // log-decay g = lower_bound·σ(exp(A_log[h])·(f + dt_bias)), one A per head (docs/MODEL.md §4.4),
   // turned into the decay factor exp(g); and the output gate σ(g_proj·x).
   DefaultPool().ParallelRanges(n, kGatePositionGrain, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      float* g = s->decay.data() + t * p;
+    float* g = s->decay.data() + t0 * p;
+    const int64_t count = (t1 - t0) * p;
+    for (int64_t t = 0; t < t1 - t0; ++t) {
       for (int64_t h = 0; h < heads; ++h) {
-        kernels::AddThenScale(g + h * dim, w.dt_bias + h * dim, w.a_exp[static_cast<size_t>(h)],
-                              dim);
+        kernels::AddThenScale(g + t * p + h * dim, w.dt_bias + h * dim,
+                              w.a_exp[static_cast<size_t>(h)], dim);
       }
     }
+    // This part only (from inside a pool task the kernels stay on this thread).
+    kernels::SigmoidInPlace(g, count);
+    kernels::RmsScale(g, c.gate_lower_bound, nullptr, count, g);  // g·lower_bound
+    kernels::ExpInPlace(g, count);
   });
-  kernels::SigmoidInPlace(s->decay.data(), n * p);
-  DefaultPool().ParallelRanges(n, kGatePositionGrain, [&](int64_t t0, int64_t t1) {
-    float* g = s->decay.data() + t0 * p;
-    kernels::RmsScale(g, c.gate_lower_bound, nullptr, (t1 - t0) * p, g);  // g·lower_bound
-  });
-  kernels::ExpInPlace(s->decay.data(), n * p);
   kernels::SigmoidInPlace(s->gate.data(), n * p);
   Charge(timer, OpFamily::kKdaRecurrence);
 

@@ -23,8 +23,7 @@ void FfnScratch::Reserve(const ModelConfig& c, int64_t max_positions) {
   gate.Resize(sz(n * width));
   up.Resize(sz(n * width));
   router_logits.Resize(sz(n * c.num_experts));
-  router_threads = std::max(1, DefaultThreadCount());
-  router_scratch.Resize(sz(router_threads * RouterScratchFloats(c)));
+  router_scratch.Resize(sz(std::max(1, DefaultThreadCount()) * RouterScratchFloats(c)));
   ids.Resize(sz(n * k));
   weights.Resize(sz(n * k));
   z.Resize(sz(n * latent));
@@ -66,31 +65,34 @@ namespace {
 // Positions from which a wave's routing splits over the pool (each part with its own scratch).
 constexpr int64_t kRouteSideBySideMinPositions = 64;
 
-// Route of positions [0, n): ids and weights [n, top_k] from logits [n, experts].
+// Route of positions [0, n): ids and weights [n, top_k] from logits [n, experts]. A wave's
+// positions split over at most as many threads as the scratch has slices (reserved for the
+// session's thread count), as MLA's worker slots do.
 void RouteAll(const ModelConfig& c, const RouterConfig& rc, const float* logits,
               const float* correction_bias, int64_t n, FfnScratch* s, int32_t* ids,
               float* weights) {
   const int64_t k = c.num_experts_per_token, per = RouterScratchFloats(c);
-  const auto route_range = [&](int64_t t0, int64_t t1, float* scratch) {
-    for (int64_t t = t0; t < t1; ++t) {
+  const int64_t slots = static_cast<int64_t>(s->router_scratch.size()) / per;
+  const int64_t parts =
+      n < kRouteSideBySideMinPositions ? 1 : std::min<int64_t>(DefaultPool().num_threads(), slots);
+  const auto route_part = [&](int64_t part) {
+    float* scratch = s->router_scratch.data() + part * per;
+    for (int64_t t = n * part / parts; t < n * (part + 1) / parts; ++t) {
       Route(rc, logits + t * c.num_experts, correction_bias, scratch, ids + t * k, weights + t * k);
     }
   };
-  ThreadPool& pool = DefaultPool();
-  if (n < kRouteSideBySideMinPositions || pool.num_threads() < 2 ||
-      pool.num_threads() > s->router_threads) {
-    route_range(0, n, s->router_scratch.data());
+  if (parts == 1) {
+    route_part(0);
     return;
   }
   struct Ctx {
-    const decltype(route_range)* f;
-    int64_t n, per;
-    float* scratch;
-  } ctx{&route_range, n, per, s->router_scratch.data()};
-  pool.Run(
-      [](void* p, int index, int count) {
+    const decltype(route_part)* f;
+    int64_t parts;
+  } ctx{&route_part, parts};
+  DefaultPool().Run(
+      [](void* p, int index, int) {
         const Ctx& x = *static_cast<const Ctx*>(p);
-        (*x.f)(x.n * index / count, x.n * (index + 1) / count, x.scratch + index * x.per);
+        if (index < x.parts) (*x.f)(index);
       },
       &ctx);
 }

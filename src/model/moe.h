@@ -33,10 +33,9 @@ struct FfnScratch {
   AlignedBuffer<float> gate, up;  // [n, max(dense width, shared width)]
   // Router
   AlignedBuffer<float> router_logits;   // [n, experts]
-  AlignedBuffer<float> router_scratch;  // [router_threads, RouterScratchFloats]: one per thread
-  int router_threads = 1;
-  AlignedBuffer<int32_t> ids;    // [n, top_k] selection order
-  AlignedBuffer<float> weights;  // [n, top_k]
+  AlignedBuffer<float> router_scratch;  // [threads, RouterScratchFloats]: one slice per thread
+  AlignedBuffer<int32_t> ids;           // [n, top_k] selection order
+  AlignedBuffer<float> weights;         // [n, top_k]
   // Latent experts
   AlignedBuffer<float> z;           // [n, latent]
   AlignedBuffer<float> z_gathered;  // [n, latent] rows of the positions routed to one expert

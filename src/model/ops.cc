@@ -12,10 +12,13 @@
 
 namespace deltafin {
 
+float InvRms(const float* x, int64_t n, float eps) {
+  return 1.0f / std::sqrt(kernels::DotF32(x, x, n) / static_cast<float>(n) + eps);
+}
+
 void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out) {
-  const float mean_sq = kernels::DotF32(x, x, n) / static_cast<float>(n);
-  const float inv = 1.0f / std::sqrt(mean_sq + eps);
-  kernels::RmsScale(x, inv, w, n, out);  // normalise first, then weight (reference order)
+  // Normalise first, then weight (reference order).
+  kernels::RmsScale(x, InvRms(x, n, eps), w, n, out);
 }
 
 void RmsNormRows(const float* x, const float* w, int64_t rows, int64_t width, float eps,
@@ -33,10 +36,6 @@ void AddRows(const float* v, int64_t count, float* out) {
   });
 }
 
-float AttnResInvRms(const float* v, int64_t width, float eps) {
-  return 1.0f / std::sqrt(kernels::DotF32(v, v, width) / static_cast<float>(width) + eps);
-}
-
 void AttnResMix(const float* const* sources, int64_t n_sources, const float* query, int64_t width,
                 float eps, float* out, float* alpha, const float* inv_rms_known) {
   // K3 has at most 9 sources (8 anchors + partial); a fixed array keeps this allocation-free
@@ -44,9 +43,8 @@ void AttnResMix(const float* const* sources, int64_t n_sources, const float* que
   float scores[kMaxAttnResSources];
   for (int64_t j = 0; j < n_sources && j < kMaxAttnResSources; ++j) {
     const float* v = sources[j];
-    const float inv_rms = inv_rms_known != nullptr && j + 1 < n_sources
-                              ? inv_rms_known[j]
-                              : AttnResInvRms(v, width, eps);
+    const float inv_rms =
+        inv_rms_known != nullptr && j + 1 < n_sources ? inv_rms_known[j] : InvRms(v, width, eps);
     // Σ (v·inv_rms)·q = inv_rms · Σ v·q up to rounding; keep the reference order: normalise
     // element-wise, then dot (kernels/attn_res.h).
     scores[j] = kernels::AttnResScore(v, inv_rms, query, width);

@@ -10,8 +10,9 @@ namespace deltafin {
 // Sigmoid, SiLU, exp and softmax are kernels (kernels/activation.h): the engine's own exp,
 // vectorised, the same bits on every CPU.
 
-// out = w ⊙ (x / sqrt(mean(x²) + eps)); statistics in fp32. `w` may be null (no weight).
-// In-place (out == x) is allowed.
+// 1/sqrt(mean(x²) + eps) over x[0, n), in fp32: RMSNorm's statistic, and AttnRes's for a source.
+float InvRms(const float* x, int64_t n, float eps);
+// out = w ⊙ (x · InvRms(x)); `w` may be null (no weight). In-place (out == x) is allowed.
 void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out);
 // RmsNorm of each of `rows` rows of width `width` (a wave's positions, split over the pool).
 void RmsNormRows(const float* x, const float* w, int64_t rows, int64_t width, float eps,
@@ -25,11 +26,9 @@ void AddRows(const float* v, int64_t count, float* out);
 // `width` (the running partial last); score_j = Σ_d rms_normalise(v_j)[d]·query[d]; α =
 // softmax(score); out = Σ_j α_j·v_j over the un-normalised sources. `alpha` receives the weights if
 // non-null. `inv_rms`, if non-null, holds 1/sqrt(mean(v_j²) + eps) of the first n_sources − 1
-// sources, computed by AttnResInvRms (a wave's anchors: each is mixed by every later layer).
+// sources, computed by InvRms (a wave's anchors: each is mixed by every later layer).
 void AttnResMix(const float* const* sources, int64_t n_sources, const float* query, int64_t width,
                 float eps, float* out, float* alpha = nullptr, const float* inv_rms = nullptr);
-// 1/sqrt(mean(v²) + eps) over v[0, width), as AttnResMix computes it for a source.
-float AttnResInvRms(const float* v, int64_t width, float eps);
 
 // Router (docs/MODEL.md §4.7): sigmoid scores, correction bias for selection only, optional grouped
 // top-k (group score = sum of the group's 2 best selection scores; best groups kept, ties to the
